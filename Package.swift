@@ -1,0 +1,49 @@
+// swift-tools-version: 6.1
+// paird — keeps Bluetooth LE wearables connected, through BlueZ and systemd.
+//
+// Layering (bottom to top; a target imports only what is below it):
+//   CDBus, CSystemd   system libraries: shim headers only, no variadic C call ever reaches Swift
+//   PairingCore       pure Swift: state machine, countdowns as data, classifier, backoff, state model
+//   EventLoop         the one epoll loop: fds, timerfd countdowns, signalfd
+//   DBus              thin safe layer over libdbus-1, driven by EventLoop
+//   BlueZ             typed BlueZ client over DBus (object-manager cache, Device1, GATT, Agent1, ...)
+//   Paird             the runtime: executes PairingCore's actions, state file, sd_notify, journald, API
+//   paird, pairctl    thin executables
+import PackageDescription
+
+let package = Package(
+    name: "paird",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "paird", targets: ["paird"]),
+        .executable(name: "pairctl", targets: ["pairctl"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+    ],
+    targets: [
+        .systemLibrary(name: "CDBus", pkgConfig: "dbus-1", providers: [.apt(["libdbus-1-dev"])]),
+        .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
+
+        .target(name: "PairingCore"),
+        .target(name: "EventLoop"),
+        .target(name: "DBus", dependencies: ["CDBus", "EventLoop"]),
+        .target(name: "BlueZ", dependencies: ["DBus", "PairingCore"]),
+        .target(name: "Paird", dependencies: ["PairingCore", "EventLoop", "DBus", "BlueZ", "CSystemd"]),
+        .executableTarget(name: "paird", dependencies: [
+            "Paird", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
+        .target(name: "PairCtlCommands", dependencies: [
+            "DBus", "PairingCore", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
+        .executableTarget(name: "pairctl", dependencies: ["PairCtlCommands"]),
+        .executableTarget(name: "PairingBench", dependencies: ["PairingCore"]),
+
+        .testTarget(name: "PairingCoreTests", dependencies: ["PairingCore"]),
+        .testTarget(name: "CModulesTests", dependencies: ["CDBus", "CSystemd"]),
+        .testTarget(name: "EventLoopTests", dependencies: ["EventLoop"]),
+        .testTarget(name: "DBusTests", dependencies: ["DBus", "EventLoop"]),
+        .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "EventLoop", "PairingCore"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,138 @@
+/// What the machine asks the runtime to do. Only the runtime performs I/O.
+public enum Action: Sendable, Hashable {
+    // BlueZ.
+    /// `Device1.Connect()` with this D-Bus timeout; answer with `connectSucceeded/Failed(call:)`.
+    case connect(DeviceAddress, call: UInt64, timeout: Duration)
+    /// `Device1.Disconnect()` — only ever for the user's intent or to abandon a stuck link.
+    case disconnect(DeviceAddress)
+    /// Services are resolved: find the configured characteristics by UUID, StartNotify them, read
+    /// the battery; answer with `linkSetUp`.
+    case setUpLink(DeviceAddress)
+    case setTrusted(DeviceAddress, Bool)
+    /// `Adapter1.RemoveDevice()`: forget the device and its keys in BlueZ.
+    case removeDevice(DeviceAddress)
+    /// `SetDiscoveryFilter` (UUIDs, LE, address pattern) then `StartDiscovery`.
+    case startDiscovery(PairRequest)
+    case stopDiscovery
+    /// `Device1.Pair()` with the daemon's agent; answer with `pairSucceeded/Failed(call:)`.
+    case pair(DeviceAddress, call: UInt64, timeout: Duration)
+    case cancelPairing(DeviceAddress)
+    /// Make the registered GattProfile1 list exactly these service UUIDs (re-register if they
+    /// differ), so the kernel's LE auto-connect is armed for every wearable we pursue.
+    case updateAutoConnect([String])
+
+    // Time.
+    case arm(Countdown)
+    case cancel(Countdown.ID)
+
+    // Reporting and persistence.
+    /// Intent or identity changed: write the state file (`persistedState(now:)`).
+    case persist
+    case report(Report)
+    case pairingProgress(PairingProgress)
+    case pairingEnded(PairingOutcome)
+}
+
+/// One journal-worthy happening. `kind` selects the journal `MESSAGE_ID`.
+public struct Report: Sendable, Hashable {
+    public enum Kind: String, Sendable, Hashable, CaseIterable {
+        case paired, connected, reconnected, linkLost, needsRepair, unpaired, userDisconnected
+        case adapterLost, pairingFailed, stateChanged
+    }
+
+    public var kind: Kind
+    public var device: DeviceAddress?
+    public var name: String
+    public var from: String
+    public var to: String
+    public var reason: String?
+    public var attempt: Int?
+
+    public init(kind: Kind, device: DeviceAddress?, name: String = "", from: String = "", to: String = "",
+                reason: String? = nil, attempt: Int? = nil) {
+        self.kind = kind
+        self.device = device
+        self.name = name
+        self.from = from
+        self.to = to
+        self.reason = reason
+        self.attempt = attempt
+    }
+}
+
+/// Progress of `pairctl pair`, forwarded to the waiting client as lines.
+public enum PairingProgress: Sendable, Hashable {
+    case scanning
+    case found(Candidate)
+    case pairing(DeviceAddress)
+    case removingStaleBond(DeviceAddress)
+    case paired(DeviceAddress)
+}
+
+/// How a pairing session ended.
+public enum PairingOutcome: Sendable, Hashable {
+    case success(DeviceAddress, name: String)
+    case alreadyPaired(DeviceAddress)
+    case noDeviceFound
+    case authenticationFailed(String)
+    case timedOut(phase: String)
+    case canceled
+    case adapterUnavailable
+    case failed(String)
+
+    public var succeeded: Bool {
+        switch self {
+        case .success, .alreadyPaired: true
+        case .noDeviceFound, .authenticationFailed, .timedOut, .canceled, .adapterUnavailable, .failed: false
+        }
+    }
+}
+
+/// The `pairctl pair` session, while one runs.
+public struct PairingSession: Sendable, Hashable {
+    public enum Phase: Sendable, Hashable {
+        case scanning
+        case pairing(Candidate, call: UInt64)
+        /// Paired; waiting for the device to reach `connected`.
+        case settling(DeviceAddress)
+
+        public var name: String {
+            switch self {
+            case .scanning: "scanning"
+            case .pairing: "pairing"
+            case .settling: "connecting"
+            }
+        }
+    }
+
+    public var request: PairRequest
+    public var phase: Phase
+    public var countdown: Countdown
+    /// needsRepair devices whose stale BlueZ object we removed during this scan.
+    public var removedForRepair: Set<DeviceAddress> = []
+}
+
+/// Tunables; every one is a key in paird.conf.
+public struct MachineConfig: Sendable, Hashable {
+    public var scanTimeout: Duration = .seconds(10)
+    public var pairTimeout: Duration = .seconds(30)
+    /// D-Bus timeout for Connect(): above BlueZ's ~40 s so BlueZ, not libdbus, ends a failed attempt.
+    public var connectTimeout: Duration = .seconds(45)
+    public var discoveryTimeout: Duration = .seconds(30)
+    public var backoff = Backoff()
+    /// Quick transient failures in a row before the device counts as away and is waited for passively.
+    public var fastAttempts: Int = 5
+    /// While waiting for an absent wearable, how long between fallback Connect() calls
+    /// (the kernel's auto-connect is the primary mechanism and costs nothing).
+    public var fallbackInterval: Duration = .seconds(60)
+    /// A connect failure that took at least this long means nobody answered: the device is away.
+    public var absentAfter: Duration = .seconds(20)
+    /// The adapter devices are paired through, recorded in their identity.
+    public var adapter: String = "hci0"
+    public var jitterSeed: UInt64 = 0x5EED
+
+    public init() {}
+
+    /// Slack added to a call's own D-Bus timeout before its countdown gives up on the reply.
+    var replySlack: Duration { .seconds(5) }
+}

@@ -1,0 +1,53 @@
+/// Who a countdown belongs to: one device, or the pairing session.
+public enum CountdownOwner: Sendable, Hashable, CustomStringConvertible {
+    case device(DeviceAddress)
+    case pairing
+
+    public var description: String {
+        switch self {
+        case .device(let a): "\(a)"
+        case .pairing: "pairing"
+        }
+    }
+}
+
+/// What a countdown is for; shown in logs and status.
+public enum CountdownPurpose: String, Sendable, Hashable, CaseIterable {
+    case connectReply      // a Connect() in flight must answer by then
+    case retryBackoff      // wait before retrying a transient connect failure
+    case discovery         // link up, services must resolve and notifications be set up by then
+    case fallbackConnect   // waiting for the wearable: when to try one Connect() besides the kernel's auto-connect
+    case scan              // pairing: how long to look for a matching wearable
+    case pair              // pairing: Pair() must finish by then
+    case settle            // pairing: the paired wearable must reach `connected` by then
+}
+
+/// A countdown is data carried by the timed state that armed it. The runtime arms a timer for it
+/// and feeds `countdownFired(id)` back; the machine acts only if the id is the one its current
+/// state carries, so a countdown that fires after its state was left (a cancel and a fire
+/// crossing) is ignored.
+public struct Countdown: Sendable, Hashable, CustomStringConvertible {
+    public struct ID: Sendable, Hashable, CustomStringConvertible {
+        public let owner: CountdownOwner
+        public let purpose: CountdownPurpose
+        /// Unique per machine: never reused, so stale ids never match.
+        public let generation: UInt64
+        public var description: String { "#\(generation) \(purpose.rawValue) (\(owner))" }
+
+        public init(owner: CountdownOwner, purpose: CountdownPurpose, generation: UInt64) {
+            self.owner = owner
+            self.purpose = purpose
+            self.generation = generation
+        }
+    }
+
+    public let id: ID
+    public let deadline: Moment
+
+    public var description: String { "\(id) at \(deadline)" }
+
+    public init(id: ID, deadline: Moment) {
+        self.id = id
+        self.deadline = deadline
+    }
+}

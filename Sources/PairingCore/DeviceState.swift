@@ -1,0 +1,119 @@
+/// The state of one managed wearable. The names are the vocabulary of `pairctl status`.
+///
+/// ```
+///                    ┌──────────── restoring ─────────────┐  (start: state file ⨯ BlueZ)
+///                    ▼           │            │            ▼
+///   pair ──▶ connecting ──link──▶ discovering ──ready──▶ connected
+///              │  ▲  ▲              │ timeout            │ link loss
+///     absent / │  │  └── retry ◀────┘                    ▼
+///     5 fails  ▼  └── fallback Connect ── waitingForDevice ◀── (never gives up)
+///   ─ user disconnect (any) ──▶ disconnected ── user connect ──▶ connecting
+///   ─ bond lost / device removed (any) ──▶ needsRepair ── pair ──▶ (pairing)
+///   ─ adapter / bluetoothd gone (any live) ──▶ adapterUnavailable ── back ──▶ (reconciled)
+/// ```
+public enum DeviceState: Sendable, Hashable {
+    /// Just started (or the adapter came back): waiting for the runtime to report what BlueZ knows.
+    case restoring
+    /// A `Connect()` is in flight (`.calling`), or a transient failure is backing off before the
+    /// next one (`.backingOff`). `attempt` counts since the link was last usable.
+    case connecting(ConnectPhase, attempt: Int, countdown: Countdown)
+    /// Link up; waiting for ServicesResolved and for notifications to be set up.
+    case discovering(countdown: Countdown)
+    /// Link up, services resolved, notifications subscribed.
+    case connected
+    /// Out of range. The kernel's LE auto-connect (armed by our GattProfile1) is waiting for the
+    /// wearable at no radio cost beyond passive scanning; the countdown is when we add one
+    /// `Connect()` as a fallback (`.passive`), or when that Connect must have answered (`.probing`).
+    case waitingForDevice(WaitPhase, countdown: Countdown)
+    /// The user asked for it to stay down. Survives restarts.
+    case disconnected
+    /// The bond no longer works or BlueZ forgot the device. Never retried; `pairctl pair` fixes it.
+    case needsRepair(reason: String)
+    /// No adapter, adapter powered off, or bluetoothd gone.
+    case adapterUnavailable
+
+    public enum ConnectPhase: Sendable, Hashable {
+        case calling(call: UInt64, startedAt: Moment)
+        case backingOff
+    }
+
+    public enum WaitPhase: Sendable, Hashable {
+        case passive
+        case probing(call: UInt64, startedAt: Moment)
+    }
+
+    /// The countdown a timed state carries; nil for untimed states.
+    public var countdown: Countdown? {
+        switch self {
+        case .connecting(_, _, let c), .discovering(let c), .waitingForDevice(_, let c): c
+        case .restoring, .connected, .disconnected, .needsRepair, .adapterUnavailable: nil
+        }
+    }
+
+    /// The name `pairctl status` shows.
+    public var name: String {
+        switch self {
+        case .restoring: "restoring"
+        case .connecting: "connecting"
+        case .discovering: "discovering"
+        case .connected: "connected"
+        case .waitingForDevice: "waitingForDevice"
+        case .disconnected: "disconnected"
+        case .needsRepair: "needsRepair"
+        case .adapterUnavailable: "adapterUnavailable"
+        }
+    }
+
+    /// True while the daemon is trying to keep the link up (intent "connected" being served).
+    public var isPursuing: Bool {
+        switch self {
+        case .restoring, .connecting, .discovering, .connected, .waitingForDevice, .adapterUnavailable: true
+        case .disconnected, .needsRepair: false
+        }
+    }
+}
+
+/// Identity of a wearable: what the state file remembers besides intent.
+public struct DeviceIdentity: Sendable, Hashable, Codable {
+    public var address: DeviceAddress
+    public var addressType: AddressType
+    public var name: String
+    /// The adapter it is bonded through (`hci0` or its address), as configured when paired.
+    public var adapter: String
+    /// Service UUIDs (128-bit, lower case) it advertised or was paired for; they go into the
+    /// GattProfile1 that arms the kernel's auto-connect.
+    public var serviceUUIDs: [String]
+
+    public init(address: DeviceAddress, addressType: AddressType = .public, name: String = "",
+                adapter: String = "", serviceUUIDs: [String] = []) {
+        self.address = address
+        self.addressType = addressType
+        self.name = name
+        self.adapter = adapter
+        self.serviceUUIDs = serviceUUIDs
+    }
+}
+
+/// Everything the machine keeps about one wearable.
+public struct ManagedDevice: Sendable, Hashable {
+    public var identity: DeviceIdentity
+    public var wanted: Wanted
+    public var state: DeviceState
+    /// When `state` last changed its name.
+    public var since: Moment
+    /// Wall-clock seconds: when it was paired, and when identity or intent last changed.
+    public var pairedAt: Double
+    public var updatedAt: Double
+    public var lastDisconnect: LastDisconnect?
+    /// Connect attempts since the link was last usable.
+    public var reconnectAttempts: Int
+    /// Has reached `connected` since the daemon started (a later connect is a *reconnect*).
+    public var hasBeenConnected: Bool
+
+    public struct LastDisconnect: Sendable, Hashable {
+        public var reason: String
+        public var at: Moment
+    }
+
+    public var address: DeviceAddress { identity.address }
+}

@@ -1,0 +1,100 @@
+/// What BlueZ says about one known device at reconciliation time (start, or adapter back).
+public struct BlueZDeviceView: Sendable, Hashable {
+    public var exists: Bool
+    public var bonded: Bool
+    public var connected: Bool
+    public var servicesResolved: Bool
+
+    public init(exists: Bool = true, bonded: Bool = true, connected: Bool = false, servicesResolved: Bool = false) {
+        self.exists = exists
+        self.bonded = bonded
+        self.connected = connected
+        self.servicesResolved = servicesResolved
+    }
+
+    public static let absent = BlueZDeviceView(exists: false, bonded: false)
+}
+
+/// A device seen while scanning for pairing.
+public struct Candidate: Sendable, Hashable {
+    public var address: DeviceAddress
+    public var addressType: AddressType
+    public var name: String
+    public var rssi: Int?
+    public var serviceUUIDs: [String]
+    /// BlueZ already holds a bond for it.
+    public var bonded: Bool
+
+    public init(address: DeviceAddress, addressType: AddressType = .public, name: String = "", rssi: Int? = nil,
+                serviceUUIDs: [String] = [], bonded: Bool = false) {
+        self.address = address
+        self.addressType = addressType
+        self.name = name
+        self.rssi = rssi
+        self.serviceUUIDs = serviceUUIDs
+        self.bonded = bonded
+    }
+}
+
+/// What `pairctl pair` asked for.
+public struct PairRequest: Sendable, Hashable {
+    public var address: DeviceAddress?
+    /// 128-bit lower-case UUIDs; a candidate must advertise at least one (when non-empty).
+    public var serviceUUIDs: [String]
+    /// A candidate's name must contain this (case-insensitive), when set.
+    public var nameContains: String?
+    public var scanTimeout: Duration?
+
+    public init(address: DeviceAddress? = nil, serviceUUIDs: [String] = [], nameContains: String? = nil, scanTimeout: Duration? = nil) {
+        self.address = address
+        self.serviceUUIDs = serviceUUIDs
+        self.nameContains = nameContains
+        self.scanTimeout = scanTimeout
+    }
+
+    public func matches(_ c: Candidate) -> Bool {
+        if let a = address, a != c.address { return false }
+        if !serviceUUIDs.isEmpty, !serviceUUIDs.contains(where: c.serviceUUIDs.contains) { return false }
+        if let n = nameContains, !n.isEmpty, !c.name.lowercased().contains(n.lowercased()) { return false }
+        return true
+    }
+}
+
+/// Everything that can happen, as the machine sees it. Each becomes one `handle(_:now:)` call.
+public enum Event: Sendable, Hashable {
+    // Adapter and bluetoothd.
+    /// Adapter present and powered, bluetoothd up, agent and profile registered; with what BlueZ
+    /// knows of each managed device (missing entries count as `.absent`).
+    case adapterReady([DeviceAddress: BlueZDeviceView])
+    /// Adapter removed or powered off, or bluetoothd left the bus.
+    case adapterLost
+
+    // Device signals from BlueZ.
+    case linkUp(DeviceAddress)
+    case servicesResolved(DeviceAddress)
+    case linkDown(DeviceAddress, DisconnectClassifier.Evidence)
+    /// `Paired`/`Bonded` turned false.
+    case bondLost(DeviceAddress)
+    /// The device object vanished while the adapter stayed.
+    case deviceRemoved(DeviceAddress)
+
+    // Replies to our actions.
+    case connectSucceeded(DeviceAddress, call: UInt64)
+    case connectFailed(DeviceAddress, call: UInt64, BlueZFailure)
+    /// The runtime found the characteristics, subscribed and read the battery (`nil`), or failed.
+    case linkSetUp(DeviceAddress, failure: BlueZFailure?)
+    case pairSucceeded(DeviceAddress, call: UInt64)
+    case pairFailed(DeviceAddress, call: UInt64, BlueZFailure)
+    case candidateFound(Candidate)
+    case discoveryFailed(BlueZFailure)
+
+    // Time.
+    case countdownFired(Countdown.ID)
+
+    // The user (through pairctl / the D-Bus API).
+    case userPair(PairRequest)
+    case userCancelPairing
+    case userConnect(DeviceAddress)
+    case userDisconnect(DeviceAddress)
+    case userUnpair(DeviceAddress)
+}

@@ -1,0 +1,572 @@
+import Foundation
+
+/// The whole daemon's decision-making, as pure code: events and `now` in, actions out.
+///
+/// One value owns every managed wearable's `DeviceState` plus at most one `PairingSession`.
+/// It performs no I/O and reads no clock; the runtime feeds it every outside happening (a BlueZ
+/// signal, a call's reply, a countdown firing, a pairctl request) and performs the returned
+/// actions in order. Countdowns are carried by the timed states themselves (`DeviceState.countdown`,
+/// `PairingSession.countdown`); every state change goes through `move(_:to:)`, which emits the
+/// `cancel` for the countdown being left and the `arm` for the one being entered, so at most one
+/// countdown per owner is ever live.
+public struct PairingMachine: Sendable {
+    public let config: MachineConfig
+    public private(set) var devices: [DeviceAddress: ManagedDevice] = [:]
+    public private(set) var pairing: PairingSession?
+    public private(set) var adapterUp = false
+
+    private var generation: UInt64 = 0
+    private var rng: SplitMix64
+
+    /// Starts with the devices of the state file, all `restoring` until `adapterReady` or `adapterLost`.
+    public init(config: MachineConfig = MachineConfig(), restoring state: PersistedState? = nil, now: Moment) {
+        self.config = config
+        self.rng = SplitMix64(seed: config.jitterSeed)
+        for p in state?.devices ?? [] {
+            devices[p.address] = ManagedDevice(
+                identity: p.identity, wanted: p.wanted, state: .restoring, since: now,
+                pairedAt: p.pairedAt.timeIntervalSince1970, updatedAt: p.updatedAt.timeIntervalSince1970, lastDisconnect: nil,
+                reconnectAttempts: 0, hasBeenConnected: false)
+        }
+    }
+
+    /// Convenience for tests and tools; the runtime uses the `into:` form to reuse one buffer.
+    public mutating func handle(_ event: Event, now: Moment) -> [Action] {
+        var actions: [Action] = []
+        handle(event, now: now, into: &actions)
+        return actions
+    }
+
+    public mutating func handle(_ event: Event, now: Moment, into actions: inout [Action]) {
+        switch event {
+        case .adapterReady(let views): adapterReady(views, now, &actions)
+        case .adapterLost: adapterLost(now, &actions)
+        case .linkUp(let a): linkUp(a, now, &actions)
+        case .servicesResolved(let a): servicesResolved(a, now, &actions)
+        case .linkDown(let a, let evidence): linkDown(a, evidence, now, &actions)
+        case .bondLost(let a): lostBond(a, reason: "bond-removed", now, &actions)
+        case .deviceRemoved(let a): lostBond(a, reason: "device-removed", now, &actions)
+        case .connectSucceeded(let a, let call): connectSucceeded(a, call, now, &actions)
+        case .connectFailed(let a, let call, let f): connectFailed(a, call, f, now, &actions)
+        case .linkSetUp(let a, let failure): linkSetUp(a, failure, now, &actions)
+        case .pairSucceeded(let a, let call): pairAnswered(a, call, failure: nil, now, &actions)
+        case .pairFailed(let a, let call, let f): pairAnswered(a, call, failure: f, now, &actions)
+        case .candidateFound(let c): candidateFound(c, now, &actions)
+        case .discoveryFailed(let f): discoveryFailed(f, now, &actions)
+        case .countdownFired(let id): countdownFired(id, now, &actions)
+        case .userPair(let request): userPair(request, now, &actions)
+        case .userCancelPairing: endPairing(.canceled, now, &actions)
+        case .userConnect(let a): userConnect(a, now, &actions)
+        case .userDisconnect(let a): userDisconnect(a, now, &actions)
+        case .userUnpair(let a): userUnpair(a, now, &actions)
+        }
+    }
+
+    // MARK: Queries
+
+    /// The service UUIDs the auto-connect profile should list: those of every device we pursue.
+    public var autoConnectUUIDs: [String] {
+        var set = Set<String>()
+        for d in devices.values where d.wanted == .connected && d.state.isPursuing {
+            set.formUnion(d.identity.serviceUUIDs)
+        }
+        return set.sorted()
+    }
+
+    /// The document the state file holds: identity and intent only.
+    public func persistedState() -> PersistedState {
+        PersistedState(devices: devices.values.sorted { $0.address < $1.address }.map {
+            PersistedDevice(identity: $0.identity, wanted: $0.wanted, pairedAt: $0.pairedAt, updatedAt: $0.updatedAt)
+        })
+    }
+
+    /// One human line for `STATUS=` (what `systemctl status` shows).
+    public func statusLine(now: Moment) -> String {
+        var parts: [String] = []
+        if let p = pairing { parts.append("pairing: \(p.phase.name)") }
+        if !adapterUp { parts.append("adapter unavailable") }
+        let sorted = devices.values.sorted { $0.address < $1.address }
+        for d in sorted.prefix(3) {
+            let label = d.identity.name.isEmpty ? "\(d.address)" : "\(d.identity.name) (\(d.address))"
+            switch d.state {
+            case .connecting(_, let attempt, _): parts.append("\(label) connecting, attempt \(attempt)")
+            case .waitingForDevice: parts.append("\(label) out of range, waiting")
+            case .needsRepair: parts.append("\(label) needs re-pairing")
+            case .restoring, .discovering, .connected, .disconnected, .adapterUnavailable:
+                parts.append("\(label) \(d.state.name)")
+            }
+        }
+        if sorted.count > 3 { parts.append("+\(sorted.count - 3) more") }
+        if parts.isEmpty { return "No wearables paired" }
+        return parts.joined(separator: "; ")
+    }
+
+    // MARK: Adapter
+
+    private mutating func adapterReady(_ views: [DeviceAddress: BlueZDeviceView], _ now: Moment, _ actions: inout [Action]) {
+        adapterUp = true
+        for a in devices.keys.sorted() {
+            guard let d = devices[a] else { continue }
+            switch d.state {
+            case .restoring, .adapterUnavailable:
+                reconcile(a, view: views[a] ?? .absent, now, &actions)
+            case .connecting, .discovering, .connected, .waitingForDevice, .disconnected, .needsRepair:
+                break // already in step with BlueZ
+            }
+        }
+        actions.append(.updateAutoConnect(autoConnectUUIDs))
+    }
+
+    /// Restoration: what the state file wants, against what BlueZ has now. A link that is up is
+    /// adopted (no disconnect, no reconnect).
+    private mutating func reconcile(_ a: DeviceAddress, view: BlueZDeviceView, _ now: Moment, _ actions: inout [Action]) {
+        guard let d = devices[a] else { return }
+        if d.wanted == .disconnected {
+            move(a, to: .disconnected, now, &actions)
+        } else if !view.exists {
+            move(a, to: .needsRepair(reason: "device-removed"), now, &actions, reason: "device-removed")
+        } else if !view.bonded {
+            move(a, to: .needsRepair(reason: "bond-removed"), now, &actions, reason: "bond-removed")
+        } else if view.connected {
+            move(a, to: .discovering(countdown: countdown(.device(a), .discovery, now + config.discoveryTimeout)), now, &actions)
+            if view.servicesResolved { actions.append(.setUpLink(a)) }
+        } else {
+            startConnect(a, attempt: 1, now, &actions)
+        }
+    }
+
+    private mutating func adapterLost(_ now: Moment, _ actions: inout [Action]) {
+        adapterUp = false
+        for a in devices.keys.sorted() {
+            guard let d = devices[a] else { continue }
+            switch d.state {
+            case .restoring, .connecting, .discovering, .connected, .waitingForDevice:
+                move(a, to: .adapterUnavailable, now, &actions, reason: "adapter-gone")
+            case .adapterUnavailable, .disconnected, .needsRepair:
+                break
+            }
+        }
+        endPairing(.adapterUnavailable, now, &actions)
+    }
+
+    // MARK: Link events
+
+    private mutating func linkUp(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
+        guard let d = devices[a] else { return }
+        switch d.state {
+        case .connecting, .waitingForDevice:
+            move(a, to: .discovering(countdown: countdown(.device(a), .discovery, now + config.discoveryTimeout)), now, &actions)
+        case .disconnected:
+            actions.append(.disconnect(a)) // the user wants it down: something else brought it up
+        case .restoring, .discovering, .connected, .needsRepair, .adapterUnavailable:
+            break
+        }
+    }
+
+    private mutating func servicesResolved(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
+        guard let d = devices[a] else { return }
+        switch d.state {
+        case .connecting, .waitingForDevice:
+            // A reconnect made by Connect() often signals no Connected=true: resolved means usable.
+            move(a, to: .discovering(countdown: countdown(.device(a), .discovery, now + config.discoveryTimeout)), now, &actions)
+            actions.append(.setUpLink(a))
+        case .discovering:
+            actions.append(.setUpLink(a))
+        case .disconnected:
+            actions.append(.disconnect(a))
+        case .restoring, .connected, .needsRepair, .adapterUnavailable:
+            break
+        }
+    }
+
+    private mutating func linkSetUp(_ a: DeviceAddress, _ failure: BlueZFailure?, _ now: Moment, _ actions: inout [Action]) {
+        guard let d = devices[a], case .discovering = d.state else { return }
+        guard let failure else {
+            let kind: Report.Kind = d.hasBeenConnected ? .reconnected : .connected
+            let attempts = d.reconnectAttempts
+            devices[a]?.hasBeenConnected = true
+            devices[a]?.reconnectAttempts = 0
+            move(a, to: .connected, now, &actions, kind: kind, attempt: attempts)
+            if case .settling(a)? = pairing?.phase {
+                endPairing(.success(a, name: d.identity.name), now, &actions)
+            }
+            return
+        }
+        switch ConnectFailureClassifier.classify(failure, elapsed: .zero, absentAfter: config.absentAfter) {
+        case .bondLost: move(a, to: .needsRepair(reason: failure.token), now, &actions, reason: failure.token)
+        case .adapterGone, .transient, .deviceAbsent: break // the link-down signal or the discovery countdown decides
+        }
+    }
+
+    private mutating func linkDown(_ a: DeviceAddress, _ e: DisconnectClassifier.Evidence, _ now: Moment, _ actions: inout [Action]) {
+        guard let d = devices[a] else { return }
+        let verdict = DisconnectClassifier.classify(e, weAskedForIt: false)
+        switch d.state {
+        case .connected, .discovering:
+            switch verdict {
+            case .linkLoss(let reason):
+                devices[a]?.lastDisconnect = .init(reason: reason, at: now)
+                waitPassively(a, now, &actions, reason: reason)
+            case .requested:
+                // Unreachable with weAskedForIt == false (our own disconnects leave these states
+                // first); if it ever happens, waiting is the state that forgets nothing.
+                devices[a]?.lastDisconnect = .init(reason: "local", at: now)
+                waitPassively(a, now, &actions, reason: "local")
+            case .bondLost(let reason):
+                devices[a]?.lastDisconnect = .init(reason: reason, at: now)
+                move(a, to: .needsRepair(reason: reason), now, &actions, reason: reason)
+            case .adapterGone:
+                devices[a]?.lastDisconnect = .init(reason: "adapter-gone", at: now)
+                move(a, to: .adapterUnavailable, now, &actions, reason: "adapter-gone")
+            }
+        case .connecting, .waitingForDevice:
+            // A Connect (ours or the kernel's) did not take; only a lost bond changes the plan.
+            if case .bondLost(let reason) = verdict {
+                move(a, to: .needsRepair(reason: reason), now, &actions, reason: reason)
+            }
+        case .restoring, .disconnected, .needsRepair, .adapterUnavailable:
+            break
+        }
+    }
+
+    private mutating func lostBond(_ a: DeviceAddress, reason: String, _ now: Moment, _ actions: inout [Action]) {
+        guard let d = devices[a] else { return }
+        switch d.state {
+        case .connecting, .discovering, .connected, .waitingForDevice, .disconnected:
+            move(a, to: .needsRepair(reason: reason), now, &actions, reason: reason)
+            actions.append(.updateAutoConnect(autoConnectUUIDs))
+        case .restoring, .adapterUnavailable, .needsRepair:
+            break // BlueZ drops every object when bluetoothd or the adapter goes: reconciliation decides
+        }
+    }
+
+    // MARK: Connect
+
+    private mutating func startConnect(_ a: DeviceAddress, attempt: Int, _ now: Moment, _ actions: inout [Action]) {
+        let call = nextGeneration()
+        devices[a]?.reconnectAttempts += 1
+        move(a, to: .connecting(.calling(call: call, startedAt: now), attempt: attempt,
+                                countdown: countdown(.device(a), .connectReply, now + config.connectTimeout + config.replySlack)),
+             now, &actions, attempt: attempt)
+        actions.append(.connect(a, call: call, timeout: config.connectTimeout))
+    }
+
+    private mutating func probe(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
+        let call = nextGeneration()
+        devices[a]?.reconnectAttempts += 1
+        move(a, to: .waitingForDevice(.probing(call: call, startedAt: now),
+                                      countdown: countdown(.device(a), .connectReply, now + config.connectTimeout + config.replySlack)),
+             now, &actions)
+        actions.append(.connect(a, call: call, timeout: config.connectTimeout))
+    }
+
+    private mutating func waitPassively(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action], reason: String? = nil) {
+        move(a, to: .waitingForDevice(.passive, countdown: countdown(.device(a), .fallbackConnect, now + config.fallbackInterval)),
+             now, &actions, reason: reason)
+    }
+
+    private mutating func connectSucceeded(_ a: DeviceAddress, _ call: UInt64, _ now: Moment, _ actions: inout [Action]) {
+        guard let d = devices[a], d.state.pendingCall == call else { return }
+        move(a, to: .discovering(countdown: countdown(.device(a), .discovery, now + config.discoveryTimeout)), now, &actions)
+    }
+
+    private mutating func connectFailed(_ a: DeviceAddress, _ call: UInt64, _ f: BlueZFailure, _ now: Moment, _ actions: inout [Action]) {
+        guard let d = devices[a], d.state.pendingCall == call else { return }
+        connectDidNotTake(a, d.state, f, now, &actions)
+    }
+
+    /// A Connect failed or never answered: decide between retry, wait, repair and adapter loss.
+    private mutating func connectDidNotTake(_ a: DeviceAddress, _ state: DeviceState, _ f: BlueZFailure, _ now: Moment, _ actions: inout [Action]) {
+        let startedAt: Moment
+        let attempt: Int
+        switch state {
+        case .connecting(.calling(_, let s), let n, _): startedAt = s; attempt = n
+        case .waitingForDevice(.probing(_, let s), _): startedAt = s; attempt = Int.max
+        case .restoring, .connecting(.backingOff, _, _), .discovering, .connected, .waitingForDevice(.passive, _),
+             .disconnected, .needsRepair, .adapterUnavailable:
+            return
+        }
+        switch ConnectFailureClassifier.classify(f, elapsed: now.since(startedAt), absentAfter: config.absentAfter) {
+        case .transient where attempt < config.fastAttempts:
+            let delay = config.backoff.delay(attempt: attempt, unit: rng.nextUnit())
+            move(a, to: .connecting(.backingOff, attempt: attempt, countdown: countdown(.device(a), .retryBackoff, now + delay)),
+                 now, &actions, reason: f.token, attempt: attempt)
+        case .transient, .deviceAbsent:
+            waitPassively(a, now, &actions, reason: f.token)
+        case .bondLost:
+            move(a, to: .needsRepair(reason: f.token), now, &actions, reason: f.token)
+            actions.append(.updateAutoConnect(autoConnectUUIDs))
+        case .adapterGone:
+            move(a, to: .adapterUnavailable, now, &actions, reason: f.token)
+        }
+    }
+
+    // MARK: Countdowns
+
+    private mutating func countdownFired(_ id: Countdown.ID, _ now: Moment, _ actions: inout [Action]) {
+        switch id.owner {
+        case .pairing:
+            guard let p = pairing, p.countdown.id == id else { return }
+            switch p.phase {
+            case .scanning: endPairing(.noDeviceFound, now, &actions)
+            case .pairing: endPairing(.timedOut(phase: "pairing"), now, &actions)
+            case .settling: endPairing(.timedOut(phase: "connecting"), now, &actions)
+            }
+        case .device(let a):
+            guard let d = devices[a], d.state.countdown?.id == id else { return } // stale: ignored
+            switch d.state {
+            case .connecting(.calling, _, _), .waitingForDevice(.probing, _):
+                connectDidNotTake(a, d.state, .noReply, now, &actions)
+            case .connecting(.backingOff, let attempt, _):
+                startConnect(a, attempt: attempt + 1, now, &actions)
+            case .discovering:
+                // Services never resolved: drop this link and start over (it is our own disconnect,
+                // so the link-down that follows finds us `connecting` and is not a link loss).
+                actions.append(.disconnect(a))
+                let delay = config.backoff.delay(attempt: 1, unit: rng.nextUnit())
+                move(a, to: .connecting(.backingOff, attempt: 1, countdown: countdown(.device(a), .retryBackoff, now + delay)),
+                     now, &actions, reason: "discovery-timeout")
+            case .waitingForDevice(.passive, _):
+                probe(a, now, &actions)
+            case .restoring, .connected, .disconnected, .needsRepair, .adapterUnavailable:
+                break // untimed states carry no countdown, so the guard above already returned
+            }
+        }
+    }
+
+    // MARK: Pairing
+
+    private mutating func userPair(_ request: PairRequest, _ now: Moment, _ actions: inout [Action]) {
+        guard pairing == nil else { return } // the runtime refuses a second session before it gets here
+        guard adapterUp else {
+            actions.append(.pairingEnded(.adapterUnavailable))
+            return
+        }
+        var removed = Set<DeviceAddress>()
+        if let a = request.address, let d = devices[a] {
+            switch d.state {
+            case .needsRepair:
+                actions.append(.pairingProgress(.removingStaleBond(a)))
+                actions.append(.removeDevice(a))
+                removed.insert(a)
+            case .restoring, .connecting, .discovering, .connected, .waitingForDevice, .disconnected, .adapterUnavailable:
+                actions.append(.pairingEnded(.alreadyPaired(a)))
+                return
+            }
+        }
+        let c = countdown(.pairing, .scan, now + (request.scanTimeout ?? config.scanTimeout))
+        pairing = PairingSession(request: request, phase: .scanning, countdown: c, removedForRepair: removed)
+        actions.append(.arm(c))
+        actions.append(.startDiscovery(request))
+        actions.append(.pairingProgress(.scanning))
+    }
+
+    private mutating func candidateFound(_ c: Candidate, _ now: Moment, _ actions: inout [Action]) {
+        guard var p = pairing, case .scanning = p.phase, p.request.matches(c) else { return }
+        if let d = devices[c.address] {
+            switch d.state {
+            case .needsRepair:
+                if !p.removedForRepair.contains(c.address) {
+                    // BlueZ still holds the dead bond; Pair() would answer AlreadyExists. Forget it
+                    // and let the next advertisement bring a fresh device object.
+                    p.removedForRepair.insert(c.address)
+                    pairing = p
+                    actions.append(.pairingProgress(.removingStaleBond(c.address)))
+                    actions.append(.removeDevice(c.address))
+                    return
+                }
+            case .restoring, .connecting, .discovering, .connected, .waitingForDevice, .disconnected, .adapterUnavailable:
+                return // already managed
+            }
+        }
+        let call = nextGeneration()
+        let cd = countdown(.pairing, .pair, now + config.pairTimeout)
+        actions.append(.cancel(p.countdown.id))
+        actions.append(.arm(cd))
+        p.phase = .pairing(c, call: call)
+        p.countdown = cd
+        pairing = p
+        actions.append(.stopDiscovery)
+        actions.append(.pairingProgress(.found(c)))
+        actions.append(.pairingProgress(.pairing(c.address)))
+        actions.append(.pair(c.address, call: call, timeout: config.pairTimeout))
+    }
+
+    private mutating func pairAnswered(_ a: DeviceAddress, _ call: UInt64, failure: BlueZFailure?, _ now: Moment, _ actions: inout [Action]) {
+        guard var p = pairing, case .pairing(let c, call) = p.phase, c.address == a else { return }
+        if let failure, failure != .alreadyExists {
+            switch failure {
+            case .authentication, .authenticationAborted:
+                endPairing(.authenticationFailed(failure.token), now, &actions)
+            case .abortedByLocal, .abortedByRemote, .connectTimeout, .noReply, .busy, .canceled, .adapterUnavailable,
+                 .alreadyExists, .deviceGone, .notConnected, .other:
+                endPairing(.failed(failure.token), now, &actions)
+            }
+            return
+        }
+        // Bonded. Record identity and intent, trust it, and bring the link to `connected`.
+        var uuids = Set(p.request.serviceUUIDs)
+        uuids.formUnion(c.serviceUUIDs)
+        let identity = DeviceIdentity(address: a, addressType: c.addressType, name: c.name,
+                                      adapter: config.adapter, serviceUUIDs: uuids.sorted())
+        if var existing = devices[a] {
+            existing.identity = identity
+            existing.wanted = .connected
+            existing.pairedAt = now.unixTime
+            existing.updatedAt = now.unixTime
+            devices[a] = existing
+        } else {
+            devices[a] = ManagedDevice(identity: identity, wanted: .connected, state: .restoring, since: now,
+                                       pairedAt: now.unixTime, updatedAt: now.unixTime, lastDisconnect: nil,
+                                       reconnectAttempts: 0, hasBeenConnected: false)
+        }
+        let settle = countdown(.pairing, .settle, now + config.connectTimeout + config.discoveryTimeout)
+        actions.append(.cancel(p.countdown.id))
+        actions.append(.arm(settle))
+        p.phase = .settling(a)
+        p.countdown = settle
+        pairing = p
+        actions.append(.persist)
+        actions.append(.report(Report(kind: .paired, device: a, name: c.name, to: "paired")))
+        actions.append(.pairingProgress(.paired(a)))
+        actions.append(.setTrusted(a, true))
+        startConnect(a, attempt: 1, now, &actions)
+        actions.append(.updateAutoConnect(autoConnectUUIDs))
+    }
+
+    private mutating func discoveryFailed(_ f: BlueZFailure, _ now: Moment, _ actions: inout [Action]) {
+        guard let p = pairing, case .scanning = p.phase else { return }
+        endPairing(.failed(f.token), now, &actions)
+    }
+
+    private mutating func endPairing(_ outcome: PairingOutcome, _ now: Moment, _ actions: inout [Action]) {
+        guard let p = pairing else { return }
+        pairing = nil
+        actions.append(.cancel(p.countdown.id))
+        switch p.phase {
+        case .scanning: actions.append(.stopDiscovery)
+        case .pairing(let c, _): actions.append(.cancelPairing(c.address))
+        case .settling: break
+        }
+        if !outcome.succeeded {
+            actions.append(.report(Report(kind: .pairingFailed, device: nil, to: p.phase.name, reason: "\(outcome)")))
+        }
+        actions.append(.pairingEnded(outcome))
+    }
+
+    // MARK: User intent
+
+    private mutating func userConnect(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
+        guard let d = devices[a] else { return }
+        if d.wanted != .connected {
+            devices[a]?.wanted = .connected
+            devices[a]?.updatedAt = now.unixTime
+            actions.append(.persist)
+        }
+        switch d.state {
+        case .disconnected:
+            actions.append(.setTrusted(a, true))
+            if adapterUp {
+                devices[a]?.reconnectAttempts = 0
+                startConnect(a, attempt: 1, now, &actions)
+            } else {
+                move(a, to: .adapterUnavailable, now, &actions)
+            }
+            actions.append(.updateAutoConnect(autoConnectUUIDs))
+        case .waitingForDevice(.passive, _):
+            probe(a, now, &actions)
+        case .connecting(.backingOff, let attempt, _):
+            startConnect(a, attempt: attempt + 1, now, &actions)
+        case .restoring, .connecting(.calling, _, _), .discovering, .connected, .waitingForDevice(.probing, _),
+             .needsRepair, .adapterUnavailable:
+            break
+        }
+    }
+
+    private mutating func userDisconnect(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
+        guard let d = devices[a] else { return }
+        if d.wanted != .disconnected {
+            devices[a]?.wanted = .disconnected
+            devices[a]?.updatedAt = now.unixTime
+            actions.append(.persist)
+        }
+        switch d.state {
+        case .connecting, .discovering, .connected, .waitingForDevice:
+            // Untrusted + Disconnect() also turns BlueZ's auto-connect off for it (device.c dev_disconnect).
+            actions.append(.setTrusted(a, false))
+            actions.append(.disconnect(a))
+            move(a, to: .disconnected, now, &actions, reason: "user")
+            actions.append(.updateAutoConnect(autoConnectUUIDs))
+        case .restoring, .adapterUnavailable:
+            move(a, to: .disconnected, now, &actions, reason: "user")
+            actions.append(.updateAutoConnect(autoConnectUUIDs))
+        case .disconnected, .needsRepair:
+            break
+        }
+    }
+
+    private mutating func userUnpair(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
+        guard let d = devices[a] else { return }
+        if let c = d.state.countdown { actions.append(.cancel(c.id)) }
+        if case .settling(a)? = pairing?.phase { endPairing(.canceled, now, &actions) }
+        devices[a] = nil
+        actions.append(.removeDevice(a))
+        actions.append(.persist)
+        actions.append(.report(Report(kind: .unpaired, device: a, name: d.identity.name, from: d.state.name, to: "unpaired")))
+        actions.append(.updateAutoConnect(autoConnectUUIDs))
+    }
+
+    // MARK: Plumbing
+
+    private mutating func nextGeneration() -> UInt64 {
+        generation &+= 1
+        return generation
+    }
+
+    private mutating func countdown(_ owner: CountdownOwner, _ purpose: CountdownPurpose, _ deadline: Moment) -> Countdown {
+        Countdown(id: .init(owner: owner, purpose: purpose, generation: nextGeneration()), deadline: deadline)
+    }
+
+    /// The one place a device changes state: swaps countdowns and reports a change of name.
+    private mutating func move(_ a: DeviceAddress, to new: DeviceState, _ now: Moment, _ actions: inout [Action],
+                               reason: String? = nil, kind: Report.Kind? = nil, attempt: Int? = nil) {
+        guard var d = devices[a] else { return }
+        let old = d.state
+        if let oc = old.countdown, oc.id != new.countdown?.id { actions.append(.cancel(oc.id)) }
+        if let nc = new.countdown, nc.id != old.countdown?.id { actions.append(.arm(nc)) }
+        d.state = new
+        let renamed = old.name != new.name
+        if renamed { d.since = now }
+        devices[a] = d
+        if renamed || kind != nil {
+            actions.append(.report(Report(kind: kind ?? Self.reportKind(from: old, to: new), device: a, name: d.identity.name,
+                                          from: old.name, to: new.name, reason: reason, attempt: attempt)))
+        }
+    }
+
+    private static func reportKind(from old: DeviceState, to new: DeviceState) -> Report.Kind {
+        switch new {
+        case .waitingForDevice:
+            switch old {
+            case .connected, .discovering: return .linkLost
+            case .restoring, .connecting, .waitingForDevice, .disconnected, .needsRepair, .adapterUnavailable: return .stateChanged
+            }
+        case .needsRepair: return .needsRepair
+        case .disconnected: return .userDisconnected
+        case .adapterUnavailable: return .adapterLost
+        case .connected: return .connected
+        case .restoring, .connecting, .discovering: return .stateChanged
+        }
+    }
+}
+
+extension DeviceState {
+    /// The Connect call this state is waiting on, if any.
+    var pendingCall: UInt64? {
+        switch self {
+        case .connecting(.calling(let call, _), _, _), .waitingForDevice(.probing(let call, _), _): call
+        case .restoring, .connecting(.backingOff, _, _), .discovering, .connected, .waitingForDevice(.passive, _),
+             .disconnected, .needsRepair, .adapterUnavailable: nil
+        }
+    }
+}

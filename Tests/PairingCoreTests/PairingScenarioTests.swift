@@ -1,0 +1,144 @@
+import Testing
+import PairingCore
+
+@Suite("Pairing a new wearable")
+struct PairingScenarioTests {
+    let watch = Harness.watch
+    let hr = ServiceUUID.heartRate
+
+    func readyHarness() -> Harness {
+        var h = Harness()
+        h.send(.adapterReady([:]))
+        return h
+    }
+
+    @Test("scan by service, pair, trust, connect, resolve, subscribe: connected and persisted")
+    func happyPath() {
+        var h = readyHarness()
+        var out = h.send(.userPair(PairRequest(serviceUUIDs: [hr])))
+        #expect(out.contains(.startDiscovery(PairRequest(serviceUUIDs: [hr]))))
+        #expect(out.armedPurposes == [.scan])
+        #expect(h.machine.pairing?.phase == .scanning)
+
+        let candidate = Candidate(address: watch, name: "Watch", rssi: -54, serviceUUIDs: [hr])
+        out = h.send(.candidateFound(candidate))
+        #expect(out.contains(.stopDiscovery))
+        #expect(out.contains(.pairingProgress(.found(candidate))))
+        #expect(out.contains { if case .pair(watch, _, _) = $0 { true } else { false } })
+
+        out = h.send(.pairSucceeded(watch, call: h.lastPairCall!))
+        #expect(out.persists, "a new identity is written to the state file")
+        #expect(out.contains(.setTrusted(watch, true)))
+        #expect(out.connects(watch) == 1)
+        #expect(out.contains(.updateAutoConnect([hr])))
+        #expect(h.stateName(watch) == "connecting")
+        #expect(h.machine.persistedState().devices.map(\.address) == [watch])
+
+        out = h.connectSucceeded(watch)
+        #expect(h.stateName(watch) == "discovering")
+        out = h.send(.servicesResolved(watch))
+        #expect(out.contains(.setUpLink(watch)))
+        out = h.send(.linkSetUp(watch, failure: nil))
+        #expect(h.state(watch) == .connected)
+        #expect(out.pairingOutcome == .success(watch, name: "Watch"))
+        #expect(h.machine.pairing == nil)
+        #expect(h.armed.isEmpty, "nothing left ticking once connected")
+    }
+
+    @Test("nothing matching before the scan timeout: no device found, discovery stopped")
+    func scanTimeout() {
+        var h = readyHarness()
+        h.send(.userPair(PairRequest(serviceUUIDs: [hr], scanTimeout: .seconds(3))))
+        // A device advertising something else does not match.
+        h.send(.candidateFound(Candidate(address: Harness.ring, name: "Ring", serviceUUIDs: [ServiceUUID.battery])))
+        #expect(h.machine.pairing?.phase == .scanning)
+        let out = h.fireNext()
+        #expect(h.now == .at(3))
+        #expect(out.contains(.stopDiscovery))
+        #expect(out.pairingOutcome == .noDeviceFound)
+        #expect(h.machine.devices.isEmpty)
+    }
+
+    @Test("filters: address and name must match too", arguments: [
+        (PairRequest(address: DeviceAddress("00:AA:01:01:00:01")), true),
+        (PairRequest(address: DeviceAddress("00:AA:01:01:00:02")), false),
+        (PairRequest(nameContains: "watch"), true),
+        (PairRequest(nameContains: "ring"), false),
+        (PairRequest(serviceUUIDs: [ServiceUUID.heartRate], nameContains: "Wat"), true),
+    ])
+    func filters(request: PairRequest, matches: Bool) {
+        let c = Candidate(address: Harness.watch, name: "Watch", serviceUUIDs: [ServiceUUID.heartRate])
+        #expect(request.matches(c) == matches)
+    }
+
+    @Test("authentication failure ends the session with a clear outcome and remembers nothing",
+          arguments: [BlueZFailure.authentication, .authenticationAborted])
+    func authenticationFailure(failure: BlueZFailure) {
+        var h = readyHarness()
+        h.send(.userPair(PairRequest(serviceUUIDs: [hr])))
+        h.send(.candidateFound(Candidate(address: watch, serviceUUIDs: [hr])))
+        let out = h.send(.pairFailed(watch, call: h.lastPairCall!, failure))
+        #expect(out.pairingOutcome == .authenticationFailed(failure.token))
+        #expect(out.reports(.pairingFailed).count == 1)
+        #expect(h.machine.devices.isEmpty)
+        #expect(!out.persists)
+    }
+
+    @Test("Pair answering AlreadyExists (bonded outside paird) counts as paired")
+    func alreadyBonded() {
+        var h = readyHarness()
+        h.send(.userPair(PairRequest(address: watch)))
+        h.send(.candidateFound(Candidate(address: watch, bonded: true)))
+        let out = h.send(.pairFailed(watch, call: h.lastPairCall!, .alreadyExists))
+        #expect(out.persists)
+        #expect(h.stateName(watch) == "connecting")
+    }
+
+    @Test("Pair that never answers times out; settling that never connects times out but keeps the bond")
+    func pairTimeouts() {
+        var h = readyHarness()
+        h.send(.userPair(PairRequest()))
+        h.send(.candidateFound(Candidate(address: watch)))
+        var out = h.fireNext()
+        #expect(out.pairingOutcome == .timedOut(phase: "pairing"))
+        #expect(out.contains(.cancelPairing(watch)))
+
+        h.send(.userPair(PairRequest()))
+        h.send(.candidateFound(Candidate(address: watch)))
+        h.send(.pairSucceeded(watch, call: h.lastPairCall!))
+        // The device's own countdown (connect reply) and the session's settle countdown are both armed.
+        while h.machine.pairing != nil { out = h.fireNext() }
+        #expect(out.pairingOutcome == .timedOut(phase: "connecting"))
+        #expect(h.machine.devices[watch]?.wanted == .connected, "paired is paired: it stays managed")
+    }
+
+    @Test("pairing needs the adapter; a second request while one runs is not started")
+    func pairingPreconditions() {
+        var h = Harness()
+        h.send(.adapterLost)
+        #expect(h.send(.userPair(PairRequest())).pairingOutcome == .adapterUnavailable)
+        h.send(.adapterReady([:]))
+        h.send(.userPair(PairRequest()))
+        #expect(h.send(.userPair(PairRequest(nameContains: "x"))).isEmpty)
+        let out = h.send(.userCancelPairing)
+        #expect(out.pairingOutcome == .canceled)
+        #expect(out.contains(.stopDiscovery))
+    }
+
+    @Test("the adapter going away ends a pairing session")
+    func adapterLossDuringPairing() {
+        var h = readyHarness()
+        h.send(.userPair(PairRequest()))
+        let out = h.send(.adapterLost)
+        #expect(out.pairingOutcome == .adapterUnavailable)
+        #expect(h.armed.isEmpty)
+    }
+
+    @Test("pairing an address that is already managed says so instead of pairing twice")
+    func alreadyManaged() {
+        var h = Harness.connected()
+        let out = h.send(.userPair(PairRequest(address: watch)))
+        #expect(out.pairingOutcome == .alreadyPaired(watch))
+        #expect(h.state(watch) == .connected)
+    }
+}

@@ -1,0 +1,327 @@
+import Testing
+import PairingCore
+
+@Suite("Keeping a wearable connected")
+struct ReconnectScenarioTests {
+    let watch = Harness.watch
+
+    @Test("walks out of range: waits passively, never gives up, reconnects when it is back")
+    func outOfRange() {
+        var h = Harness.connected()
+        h.advance(.seconds(100))
+        var out = h.send(.linkDown(watch, linkLoss))
+        #expect(h.stateName(watch) == "waitingForDevice")
+        #expect(out.connects() == 0, "no Connect storm: the kernel's auto-connect waits for it")
+        #expect(out.reports(.linkLost).count == 1)
+        #expect(h.machine.devices[watch]?.lastDisconnect?.reason == "link-loss")
+        #expect(h.machine.devices[watch]?.lastDisconnect?.at == .at(100))
+
+        // Away for hours: every fallback interval one Connect, which fails after BlueZ's ~40 s.
+        for _ in 0..<200 {
+            out = h.fireNext()
+            #expect(out.connects(watch) == 1)
+            #expect(h.stateName(watch) == "waitingForDevice")
+            out = h.connectFailed(watch, .abortedByLocal, after: .seconds(40))
+            #expect(out.connects() == 0)
+            #expect(h.stateName(watch) == "waitingForDevice")
+        }
+        #expect(h.armed.count == 1)
+
+        // Back: the kernel reconnects on its own; ServicesResolved arrives (Connected=true may not).
+        h.send(.servicesResolved(watch))
+        out = h.send(.linkSetUp(watch, failure: nil))
+        #expect(h.state(watch) == .connected)
+        #expect(out.reports(.reconnected).count == 1)
+        #expect(h.machine.devices[watch]?.reconnectAttempts == 0)
+        #expect(h.armed.isEmpty)
+    }
+
+    @Test("back while our fallback Connect is in flight: the Connect's success leads to discovering")
+    func backDuringProbe() {
+        var h = Harness.connected()
+        h.send(.linkDown(watch, linkLoss))
+        h.fireNext()
+        h.advance(.seconds(3))
+        _ = h.connectSucceeded(watch)
+        #expect(h.stateName(watch) == "discovering")
+        h.send(.servicesResolved(watch))
+        h.send(.linkSetUp(watch, failure: nil))
+        #expect(h.state(watch) == .connected)
+    }
+
+    @Test("disconnect reasons of BlueZ ≥ 5.83", arguments: DisconnectClassifier.Reason.allCases)
+    func reasons(reason: DisconnectClassifier.Reason) {
+        var h = Harness.connected()
+        let out = h.send(.linkDown(watch, .init(reason: reason)))
+        switch reason {
+        case .authentication:
+            #expect(h.stateName(watch) == "needsRepair")
+            #expect(out.reports(.needsRepair).count == 1)
+        case .timeout, .remote, .unknown, .suspend, .local:
+            #expect(h.stateName(watch) == "waitingForDevice")
+            #expect(h.machine.devices[watch]?.lastDisconnect?.reason == reason.token)
+        }
+        #expect(out.connects() == 0)
+    }
+
+    @Test("transient connect errors back off with growing, jittered delays, then wait passively")
+    func transientBackoff() {
+        var config = MachineConfig()
+        config.fastAttempts = 4
+        var h = Harness(config: config, state: PersistedState(devices: [
+            PersistedDevice(identity: DeviceIdentity(address: watch), wanted: .connected, pairedAt: 0, updatedAt: 0),
+        ]))
+        h.send(.adapterReady([watch: BlueZDeviceView()]))
+        var delays: [Double] = []
+        for attempt in 1...4 {
+            guard case .connecting(.calling, attempt, _)? = h.state(watch) else {
+                Issue.record("attempt \(attempt): \(String(describing: h.state(watch)))"); return
+            }
+            let failedAt = h.now + .milliseconds(50)
+            _ = h.connectFailed(watch, .busy, after: .milliseconds(50))
+            if attempt < 4 {
+                guard case .connecting(.backingOff, _, let c)? = h.state(watch) else { Issue.record("no backoff"); return }
+                delays.append(c.deadline.since(failedAt).seconds)
+                h.fireNext()
+            }
+        }
+        #expect(h.stateName(watch) == "waitingForDevice")
+        // 1, 2, 4 s ± 20 %.
+        for (i, d) in delays.enumerated() {
+            let base = Double(1 << i)
+            #expect(d >= base * 0.8 && d <= base * 1.2, "retry \(i + 1) waited \(d) s")
+        }
+        #expect(h.machine.devices[watch]?.reconnectAttempts == 4)
+    }
+
+    @Test("a Connect that fails only after ~40 s means the wearable is away, not a hiccup")
+    func slowFailureMeansAbsent() {
+        var h = Harness(state: PersistedState(devices: [
+            PersistedDevice(identity: DeviceIdentity(address: watch), wanted: .connected, pairedAt: 0, updatedAt: 0),
+        ]))
+        h.send(.adapterReady([watch: BlueZDeviceView()]))
+        _ = h.connectFailed(watch, .abortedByLocal, after: .seconds(40))
+        #expect(h.stateName(watch) == "waitingForDevice")
+    }
+
+    @Test("a Connect reply that never comes is given up at its countdown")
+    func connectReplyCountdown() {
+        var h = Harness(state: PersistedState(devices: [
+            PersistedDevice(identity: DeviceIdentity(address: watch), wanted: .connected, pairedAt: 0, updatedAt: 0),
+        ]))
+        h.send(.adapterReady([watch: BlueZDeviceView()]))
+        h.fireNext()
+        #expect(h.now == .at(50))
+        #expect(h.stateName(watch) == "waitingForDevice")
+    }
+
+    @Test("services that never resolve: drop the link ourselves and retry; our own disconnect is no link loss")
+    func discoveryTimeout() {
+        var h = Harness.connected()
+        h.send(.linkDown(watch, linkLoss))
+        h.send(.linkUp(watch))
+        #expect(h.stateName(watch) == "discovering")
+        var out = h.fireNext()
+        #expect(out.disconnects == 1)
+        #expect(h.stateName(watch) == "connecting")
+        out = h.send(.linkDown(watch, linkLoss))
+        #expect(out.reports(.linkLost).isEmpty)
+        out = h.fireNext()
+        #expect(out.connects(watch) == 1)
+    }
+
+    @Test("a stale countdown and a stale Connect reply change nothing")
+    func staleInputs() {
+        var h = Harness.connected()
+        h.send(.linkDown(watch, linkLoss))
+        guard case .waitingForDevice(_, let first)? = h.state(watch) else { Issue.record(); return }
+        h.fireNext() // probing now, a new countdown
+        let oldCall = h.lastConnectCall[watch]!
+        let before = h.state(watch)
+        #expect(h.send(.countdownFired(first.id)).isEmpty)
+        #expect(h.send(.connectFailed(watch, call: oldCall &+ 1000, .abortedByLocal)).isEmpty)
+        #expect(h.send(.connectSucceeded(watch, call: oldCall &- 1)).isEmpty)
+        #expect(h.state(watch) == before)
+    }
+
+    @Test("the user's disconnect stays down: no reconnect, and a link that comes up anyway is dropped")
+    func userDisconnect() {
+        var h = Harness.connected()
+        var out = h.send(.userDisconnect(watch))
+        #expect(out.contains(.setTrusted(watch, false)))
+        #expect(out.disconnects == 1)
+        #expect(out.persists)
+        #expect(h.state(watch) == .disconnected)
+        #expect(h.machine.persistedState().devices.first?.wanted == .disconnected)
+        out = h.send(.linkDown(watch, linkLoss))
+        #expect(out.isEmpty)
+        out = h.send(.linkUp(watch))
+        #expect(out == [.disconnect(watch)])
+        #expect(h.armed.isEmpty)
+        #expect(!h.machine.autoConnectUUIDs.contains(ServiceUUID.heartRate))
+
+        out = h.send(.userConnect(watch))
+        #expect(out.contains(.setTrusted(watch, true)))
+        #expect(out.connects(watch) == 1)
+        #expect(out.persists)
+        #expect(h.machine.devices[watch]?.wanted == .connected)
+    }
+
+    @Test("user connect while waiting tries at once; user connect while connected does nothing")
+    func userConnectVariants() {
+        var h = Harness.connected()
+        #expect(h.send(.userConnect(watch)).isEmpty)
+        h.send(.linkDown(watch, linkLoss))
+        #expect(h.send(.userConnect(watch)).connects(watch) == 1)
+    }
+
+    @Test("a lost bond asks for re-pairing and never loops",
+          arguments: [Event.bondLost(Harness.watch), .deviceRemoved(Harness.watch),
+                      .linkDown(Harness.watch, .init(stillBonded: false))])
+    func bondLost(event: Event) {
+        var h = Harness.connected()
+        var out = h.send(event)
+        #expect(h.stateName(watch) == "needsRepair")
+        #expect(out.reports(.needsRepair).count == 1)
+        for _ in 0..<10 { out += h.fireNext(); out += h.send(.linkDown(watch, linkLoss)) }
+        #expect(out.connects() == 0)
+        #expect(h.armed.isEmpty)
+    }
+
+    @Test("Connect failing authentication (the wearable forgot us) means needsRepair")
+    func connectAuthFailure() {
+        var h = Harness.connected()
+        h.send(.linkDown(watch, linkLoss))
+        h.fireNext()
+        _ = h.connectFailed(watch, BlueZFailure(errorName: "org.bluez.Error.AuthenticationFailed", message: ""))
+        #expect(h.stateName(watch) == "needsRepair")
+    }
+
+    @Test("re-pairing a needsRepair wearable removes the dead bond first, then pairs it again")
+    func repair() {
+        var h = Harness.connected()
+        h.send(.bondLost(watch))
+        var out = h.send(.userPair(PairRequest(address: watch)))
+        #expect(out.contains(.removeDevice(watch)))
+        out = h.send(.candidateFound(Candidate(address: watch, name: "Watch")))
+        #expect(out.contains { if case .pair = $0 { true } else { false } })
+        h.send(.pairSucceeded(watch, call: h.lastPairCall!))
+        _ = h.connectSucceeded(watch)
+        h.send(.servicesResolved(watch))
+        out = h.send(.linkSetUp(watch, failure: nil))
+        #expect(h.state(watch) == .connected)
+        #expect(out.pairingOutcome == .success(watch, name: "Watch"))
+    }
+
+    @Test("unpair forgets the device in BlueZ and in the state file")
+    func unpair() {
+        var h = Harness.connected()
+        h.send(.linkDown(watch, linkLoss))
+        let out = h.send(.userUnpair(watch))
+        #expect(out.contains(.removeDevice(watch)))
+        #expect(out.persists)
+        #expect(out.reports(.unpaired).count == 1)
+        #expect(h.machine.devices[watch] == nil)
+        #expect(h.machine.persistedState().devices.isEmpty)
+        #expect(h.armed.isEmpty)
+    }
+}
+
+@Suite("Restoration and the adapter")
+struct RestorationTests {
+    let watch = Harness.watch
+    let ring = Harness.ring
+
+    func restored(_ wanted: Wanted = .connected) -> Harness {
+        Harness(state: PersistedState(devices: [
+            PersistedDevice(identity: DeviceIdentity(address: watch, name: "Watch"), wanted: wanted, pairedAt: 0, updatedAt: 0),
+        ]))
+    }
+
+    @Test("a link that is already up is adopted: no Connect, no Disconnect")
+    func adoption() {
+        var h = restored()
+        #expect(h.stateName(watch) == "restoring")
+        var out = h.send(.adapterReady([watch: BlueZDeviceView(connected: true, servicesResolved: true)]))
+        #expect(out.connects() == 0 && out.disconnects == 0)
+        #expect(out.contains(.setUpLink(watch)))
+        out = h.send(.linkSetUp(watch, failure: nil))
+        #expect(h.state(watch) == .connected)
+        #expect(out.reports(.connected).count == 1, "first connect since start is `connected`, not `reconnected`")
+    }
+
+    @Test("up but not yet resolved: adopted, waiting for ServicesResolved")
+    func adoptionUnresolved() {
+        var h = restored()
+        let out = h.send(.adapterReady([watch: BlueZDeviceView(connected: true)]))
+        #expect(out.connects() == 0 && !out.contains(.setUpLink(watch)))
+        #expect(h.stateName(watch) == "discovering")
+    }
+
+    @Test("known, bonded, not connected: reconnect by stored identifier")
+    func reconnectByIdentifier() {
+        var h = restored()
+        let out = h.send(.adapterReady([watch: BlueZDeviceView()]))
+        #expect(out.connects(watch) == 1)
+    }
+
+    @Test("BlueZ no longer knows it: needsRepair, no Connect")
+    func forgottenByBlueZ() {
+        var h = restored()
+        let out = h.send(.adapterReady([:]))
+        #expect(h.state(watch) == .needsRepair(reason: "device-removed"))
+        #expect(out.connects() == 0)
+    }
+
+    @Test("the user had disconnected it: it stays disconnected across the restart")
+    func disconnectedSurvives() {
+        var h = restored(.disconnected)
+        let out = h.send(.adapterReady([watch: BlueZDeviceView(connected: false)]))
+        #expect(h.state(watch) == .disconnected)
+        #expect(out.connects() == 0)
+    }
+
+    @Test("no adapter at start, then the adapter arrives")
+    func noAdapterAtStart() {
+        var h = restored()
+        h.send(.adapterLost)
+        #expect(h.state(watch) == .adapterUnavailable)
+        let out = h.send(.adapterReady([watch: BlueZDeviceView()]))
+        #expect(out.connects(watch) == 1)
+    }
+
+    @Test("bluetoothd restart: objects vanish while the adapter is gone, the device is not marked for repair")
+    func bluetoothdRestart() {
+        var h = Harness.connected()
+        // BlueZ 5.66 on SIGTERM: Connected=false, Powered=false, InterfacesRemoved, NameOwnerChanged.
+        h.send(.linkDown(watch, .init(adapterUp: false)))
+        h.send(.adapterLost)
+        h.send(.deviceRemoved(watch))
+        #expect(h.state(watch) == .adapterUnavailable)
+        #expect(h.armed.isEmpty)
+        let out = h.send(.adapterReady([watch: BlueZDeviceView()]))
+        #expect(out.connects(watch) == 1)
+        _ = h.connectSucceeded(watch)
+        h.send(.servicesResolved(watch))
+        h.send(.linkSetUp(watch, failure: nil))
+        #expect(h.state(watch) == .connected)
+    }
+
+    @Test("adapterReady again while devices are live changes nothing")
+    func duplicateAdapterReady() {
+        var h = Harness.connected()
+        let out = h.send(.adapterReady([watch: BlueZDeviceView(connected: true, servicesResolved: true)]))
+        #expect(out == [.updateAutoConnect([ServiceUUID.heartRate])])
+    }
+
+    @Test("status line names states the way a person reads them")
+    func statusLine() {
+        var h = Harness.connected()
+        #expect(h.machine.statusLine(now: h.now) == "Watch (00:AA:01:01:00:01) connected")
+        h.send(.linkDown(watch, linkLoss))
+        #expect(h.machine.statusLine(now: h.now) == "Watch (00:AA:01:01:00:01) out of range, waiting")
+        var empty = Harness()
+        empty.send(.adapterReady([:]))
+        #expect(empty.machine.statusLine(now: .at(0)) == "No wearables paired")
+    }
+}
