@@ -11,9 +11,27 @@ import Foundation
 /// countdown per owner is ever live.
 public struct PairingMachine: Sendable {
     public let config: MachineConfig
-    public private(set) var devices: [DeviceAddress: ManagedDevice] = [:]
+    /// Devices live in `slots`; `slot` maps an address to its position, so an event costs one
+    /// hash lookup and every later read or write is in place.
+    private var slots: [ManagedDevice] = []
+    private var slot: [DeviceAddress: Int] = [:]
+
+    /// Every managed wearable by address (a copy; for status and tests).
+    public var devices: [DeviceAddress: ManagedDevice] {
+        Dictionary(uniqueKeysWithValues: slots.map { ($0.address, $0) })
+    }
+
+    public func device(_ a: DeviceAddress) -> ManagedDevice? { slot[a].map { slots[$0] } }
+
+    /// Addresses in a stable order, for loops that must not depend on hashing.
+    private var sortedAddresses: [DeviceAddress] { slots.map(\.address).sorted() }
     public private(set) var pairing: PairingSession?
     public private(set) var adapterUp = false
+
+    /// The config's durations in nanoseconds, converted once (see `Moment`).
+    private let connectReplyNanos: Int64
+    private let discoveryNanos: Int64
+    private let fallbackNanos: Int64
 
     private var generation: UInt64 = 0
     private var rng: SplitMix64
@@ -22,11 +40,15 @@ public struct PairingMachine: Sendable {
     public init(config: MachineConfig = MachineConfig(), restoring state: PersistedState? = nil, now: Moment) {
         self.config = config
         self.rng = SplitMix64(seed: config.jitterSeed)
-        for p in state?.devices ?? [] {
-            devices[p.address] = ManagedDevice(
+        self.connectReplyNanos = (config.connectTimeout + config.replySlack).nanoseconds
+        self.discoveryNanos = config.discoveryTimeout.nanoseconds
+        self.fallbackNanos = config.fallbackInterval.nanoseconds
+        for p in state?.devices ?? [] where slot[p.address] == nil {
+            slot[p.address] = slots.count
+            slots.append(ManagedDevice(
                 identity: p.identity, wanted: p.wanted, state: .restoring, since: now,
                 pairedAt: p.pairedAt.timeIntervalSince1970, updatedAt: p.updatedAt.timeIntervalSince1970, lastDisconnect: nil,
-                reconnectAttempts: 0, hasBeenConnected: false)
+                reconnectAttempts: 0, hasBeenConnected: false))
         }
     }
 
@@ -67,7 +89,7 @@ public struct PairingMachine: Sendable {
     /// The service UUIDs the auto-connect profile should list: those of every device we pursue.
     public var autoConnectUUIDs: [String] {
         var set = Set<String>()
-        for d in devices.values where d.wanted == .connected && d.state.isPursuing {
+        for d in slots where d.wanted == .connected && d.state.isPursuing {
             set.formUnion(d.identity.serviceUUIDs)
         }
         return set.sorted()
@@ -75,7 +97,7 @@ public struct PairingMachine: Sendable {
 
     /// The document the state file holds: identity and intent only.
     public func persistedState() -> PersistedState {
-        PersistedState(devices: devices.values.sorted { $0.address < $1.address }.map {
+        PersistedState(devices: slots.sorted { $0.address < $1.address }.map {
             PersistedDevice(identity: $0.identity, wanted: $0.wanted, pairedAt: $0.pairedAt, updatedAt: $0.updatedAt)
         })
     }
@@ -85,7 +107,7 @@ public struct PairingMachine: Sendable {
         var parts: [String] = []
         if let p = pairing { parts.append("pairing: \(p.phase.name)") }
         if !adapterUp { parts.append("adapter unavailable") }
-        let sorted = devices.values.sorted { $0.address < $1.address }
+        let sorted = slots.sorted { $0.address < $1.address }
         for d in sorted.prefix(3) {
             let label = d.identity.name.isEmpty ? "\(d.address)" : "\(d.identity.name) (\(d.address))"
             switch d.state {
@@ -105,11 +127,12 @@ public struct PairingMachine: Sendable {
 
     private mutating func adapterReady(_ views: [DeviceAddress: BlueZDeviceView], _ now: Moment, _ actions: inout [Action]) {
         adapterUp = true
-        for a in devices.keys.sorted() {
-            guard let d = devices[a] else { continue }
+        for a in sortedAddresses {
+            guard let i = slot[a] else { continue }
+            let d = slots[i]
             switch d.state {
             case .restoring, .adapterUnavailable:
-                reconcile(a, view: views[a] ?? .absent, now, &actions)
+                reconcile(i, view: views[a] ?? .absent, now, &actions)
             case .connecting, .discovering, .connected, .waitingForDevice, .disconnected, .needsRepair:
                 break // already in step with BlueZ
             }
@@ -119,29 +142,31 @@ public struct PairingMachine: Sendable {
 
     /// Restoration: what the state file wants, against what BlueZ has now. A link that is up is
     /// adopted (no disconnect, no reconnect).
-    private mutating func reconcile(_ a: DeviceAddress, view: BlueZDeviceView, _ now: Moment, _ actions: inout [Action]) {
-        guard let d = devices[a] else { return }
+    private mutating func reconcile(_ i: Int, view: BlueZDeviceView, _ now: Moment, _ actions: inout [Action]) {
+        let a = slots[i].address
+        let d = slots[i]
         if d.wanted == .disconnected {
-            move(a, to: .disconnected, now, &actions)
+            move(i, to: .disconnected, now, &actions)
         } else if !view.exists {
-            move(a, to: .needsRepair(reason: "device-removed"), now, &actions, reason: "device-removed")
+            move(i, to: .needsRepair(reason: "device-removed"), now, &actions, reason: "device-removed")
         } else if !view.bonded {
-            move(a, to: .needsRepair(reason: "bond-removed"), now, &actions, reason: "bond-removed")
+            move(i, to: .needsRepair(reason: "bond-removed"), now, &actions, reason: "bond-removed")
         } else if view.connected {
-            move(a, to: .discovering(countdown: countdown(.device(a), .discovery, now + config.discoveryTimeout)), now, &actions)
+            move(i, to: .discovering(countdown: countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))), now, &actions)
             if view.servicesResolved { actions.append(.setUpLink(a)) }
         } else {
-            startConnect(a, attempt: 1, now, &actions)
+            startConnect(i, attempt: 1, now, &actions)
         }
     }
 
     private mutating func adapterLost(_ now: Moment, _ actions: inout [Action]) {
         adapterUp = false
-        for a in devices.keys.sorted() {
-            guard let d = devices[a] else { continue }
+        for a in sortedAddresses {
+            guard let i = slot[a] else { continue }
+            let d = slots[i]
             switch d.state {
             case .restoring, .connecting, .discovering, .connected, .waitingForDevice:
-                move(a, to: .adapterUnavailable, now, &actions, reason: "adapter-gone")
+                move(i, to: .adapterUnavailable, now, &actions, reason: "adapter-gone")
             case .adapterUnavailable, .disconnected, .needsRepair:
                 break
             }
@@ -152,10 +177,11 @@ public struct PairingMachine: Sendable {
     // MARK: Link events
 
     private mutating func linkUp(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
-        guard let d = devices[a] else { return }
+        guard let i = slot[a] else { return }
+        let d = slots[i]
         switch d.state {
         case .connecting, .waitingForDevice:
-            move(a, to: .discovering(countdown: countdown(.device(a), .discovery, now + config.discoveryTimeout)), now, &actions)
+            move(i, to: .discovering(countdown: countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))), now, &actions)
         case .disconnected:
             actions.append(.disconnect(a)) // the user wants it down: something else brought it up
         case .restoring, .discovering, .connected, .needsRepair, .adapterUnavailable:
@@ -164,11 +190,12 @@ public struct PairingMachine: Sendable {
     }
 
     private mutating func servicesResolved(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
-        guard let d = devices[a] else { return }
+        guard let i = slot[a] else { return }
+        let d = slots[i]
         switch d.state {
         case .connecting, .waitingForDevice:
             // A reconnect made by Connect() often signals no Connected=true: resolved means usable.
-            move(a, to: .discovering(countdown: countdown(.device(a), .discovery, now + config.discoveryTimeout)), now, &actions)
+            move(i, to: .discovering(countdown: countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))), now, &actions)
             actions.append(.setUpLink(a))
         case .discovering:
             actions.append(.setUpLink(a))
@@ -180,49 +207,51 @@ public struct PairingMachine: Sendable {
     }
 
     private mutating func linkSetUp(_ a: DeviceAddress, _ failure: BlueZFailure?, _ now: Moment, _ actions: inout [Action]) {
-        guard let d = devices[a], case .discovering = d.state else { return }
+        guard let i = slot[a], case .discovering = slots[i].state else { return }
+        let d = slots[i]
         guard let failure else {
             let kind: Report.Kind = d.hasBeenConnected ? .reconnected : .connected
             let attempts = d.reconnectAttempts
-            devices[a]?.hasBeenConnected = true
-            devices[a]?.reconnectAttempts = 0
-            move(a, to: .connected, now, &actions, kind: kind, attempt: attempts)
+            slots[i].hasBeenConnected = true
+            slots[i].reconnectAttempts = 0
+            move(i, to: .connected, now, &actions, kind: kind, attempt: attempts)
             if case .settling(a)? = pairing?.phase {
                 endPairing(.success(a, name: d.identity.name), now, &actions)
             }
             return
         }
         switch ConnectFailureClassifier.classify(failure, elapsed: .zero, absentAfter: config.absentAfter) {
-        case .bondLost: move(a, to: .needsRepair(reason: failure.token), now, &actions, reason: failure.token)
+        case .bondLost: move(i, to: .needsRepair(reason: failure.token), now, &actions, reason: failure.token)
         case .adapterGone, .transient, .deviceAbsent: break // the link-down signal or the discovery countdown decides
         }
     }
 
     private mutating func linkDown(_ a: DeviceAddress, _ e: DisconnectClassifier.Evidence, _ now: Moment, _ actions: inout [Action]) {
-        guard let d = devices[a] else { return }
+        guard let i = slot[a] else { return }
+        let d = slots[i]
         let verdict = DisconnectClassifier.classify(e, weAskedForIt: false)
         switch d.state {
         case .connected, .discovering:
             switch verdict {
             case .linkLoss(let reason):
-                devices[a]?.lastDisconnect = .init(reason: reason, at: now)
-                waitPassively(a, now, &actions, reason: reason)
+                slots[i].lastDisconnect = .init(reason: reason, at: now)
+                waitPassively(i, now, &actions, reason: reason)
             case .requested:
                 // Unreachable with weAskedForIt == false (our own disconnects leave these states
                 // first); if it ever happens, waiting is the state that forgets nothing.
-                devices[a]?.lastDisconnect = .init(reason: "local", at: now)
-                waitPassively(a, now, &actions, reason: "local")
+                slots[i].lastDisconnect = .init(reason: "local", at: now)
+                waitPassively(i, now, &actions, reason: "local")
             case .bondLost(let reason):
-                devices[a]?.lastDisconnect = .init(reason: reason, at: now)
-                move(a, to: .needsRepair(reason: reason), now, &actions, reason: reason)
+                slots[i].lastDisconnect = .init(reason: reason, at: now)
+                move(i, to: .needsRepair(reason: reason), now, &actions, reason: reason)
             case .adapterGone:
-                devices[a]?.lastDisconnect = .init(reason: "adapter-gone", at: now)
-                move(a, to: .adapterUnavailable, now, &actions, reason: "adapter-gone")
+                slots[i].lastDisconnect = .init(reason: "adapter-gone", at: now)
+                move(i, to: .adapterUnavailable, now, &actions, reason: "adapter-gone")
             }
         case .connecting, .waitingForDevice:
             // A Connect (ours or the kernel's) did not take; only a lost bond changes the plan.
             if case .bondLost(let reason) = verdict {
-                move(a, to: .needsRepair(reason: reason), now, &actions, reason: reason)
+                move(i, to: .needsRepair(reason: reason), now, &actions, reason: reason)
             }
         case .restoring, .disconnected, .needsRepair, .adapterUnavailable:
             break
@@ -230,10 +259,11 @@ public struct PairingMachine: Sendable {
     }
 
     private mutating func lostBond(_ a: DeviceAddress, reason: String, _ now: Moment, _ actions: inout [Action]) {
-        guard let d = devices[a] else { return }
+        guard let i = slot[a] else { return }
+        let d = slots[i]
         switch d.state {
         case .connecting, .discovering, .connected, .waitingForDevice, .disconnected:
-            move(a, to: .needsRepair(reason: reason), now, &actions, reason: reason)
+            move(i, to: .needsRepair(reason: reason), now, &actions, reason: reason)
             actions.append(.updateAutoConnect(autoConnectUUIDs))
         case .restoring, .adapterUnavailable, .needsRepair:
             break // BlueZ drops every object when bluetoothd or the adapter goes: reconciliation decides
@@ -242,41 +272,47 @@ public struct PairingMachine: Sendable {
 
     // MARK: Connect
 
-    private mutating func startConnect(_ a: DeviceAddress, attempt: Int, _ now: Moment, _ actions: inout [Action]) {
+    private mutating func startConnect(_ i: Int, attempt: Int, _ now: Moment, _ actions: inout [Action]) {
+        let a = slots[i].address
         let call = nextGeneration()
-        devices[a]?.reconnectAttempts += 1
-        move(a, to: .connecting(.calling(call: call, startedAt: now), attempt: attempt,
-                                countdown: countdown(.device(a), .connectReply, now + config.connectTimeout + config.replySlack)),
+        slots[i].reconnectAttempts += 1
+        move(i, to: .connecting(.calling(call: call, startedAt: now), attempt: attempt,
+                                countdown: countdown(.device(a), .connectReply, now.advanced(byNanoseconds: connectReplyNanos))),
              now, &actions, attempt: attempt)
         actions.append(.connect(a, call: call, timeout: config.connectTimeout))
     }
 
-    private mutating func probe(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
+    private mutating func probe(_ i: Int, _ now: Moment, _ actions: inout [Action]) {
+        let a = slots[i].address
         let call = nextGeneration()
-        devices[a]?.reconnectAttempts += 1
-        move(a, to: .waitingForDevice(.probing(call: call, startedAt: now),
-                                      countdown: countdown(.device(a), .connectReply, now + config.connectTimeout + config.replySlack)),
+        slots[i].reconnectAttempts += 1
+        move(i, to: .waitingForDevice(.probing(call: call, startedAt: now),
+                                      countdown: countdown(.device(a), .connectReply, now.advanced(byNanoseconds: connectReplyNanos))),
              now, &actions)
         actions.append(.connect(a, call: call, timeout: config.connectTimeout))
     }
 
-    private mutating func waitPassively(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action], reason: String? = nil) {
-        move(a, to: .waitingForDevice(.passive, countdown: countdown(.device(a), .fallbackConnect, now + config.fallbackInterval)),
+    private mutating func waitPassively(_ i: Int, _ now: Moment, _ actions: inout [Action], reason: String? = nil) {
+        let a = slots[i].address
+        move(i, to: .waitingForDevice(.passive, countdown: countdown(.device(a), .fallbackConnect, now.advanced(byNanoseconds: fallbackNanos))),
              now, &actions, reason: reason)
     }
 
     private mutating func connectSucceeded(_ a: DeviceAddress, _ call: UInt64, _ now: Moment, _ actions: inout [Action]) {
-        guard let d = devices[a], d.state.pendingCall == call else { return }
-        move(a, to: .discovering(countdown: countdown(.device(a), .discovery, now + config.discoveryTimeout)), now, &actions)
+        guard let i = slot[a], slots[i].state.pendingCall == call else { return }
+        let d = slots[i]
+        move(i, to: .discovering(countdown: countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))), now, &actions)
     }
 
     private mutating func connectFailed(_ a: DeviceAddress, _ call: UInt64, _ f: BlueZFailure, _ now: Moment, _ actions: inout [Action]) {
-        guard let d = devices[a], d.state.pendingCall == call else { return }
-        connectDidNotTake(a, d.state, f, now, &actions)
+        guard let i = slot[a], slots[i].state.pendingCall == call else { return }
+        let d = slots[i]
+        connectDidNotTake(i, d.state, f, now, &actions)
     }
 
     /// A Connect failed or never answered: decide between retry, wait, repair and adapter loss.
-    private mutating func connectDidNotTake(_ a: DeviceAddress, _ state: DeviceState, _ f: BlueZFailure, _ now: Moment, _ actions: inout [Action]) {
+    private mutating func connectDidNotTake(_ i: Int, _ state: DeviceState, _ f: BlueZFailure, _ now: Moment, _ actions: inout [Action]) {
+        let a = slots[i].address
         let startedAt: Moment
         let attempt: Int
         switch state {
@@ -289,15 +325,15 @@ public struct PairingMachine: Sendable {
         switch ConnectFailureClassifier.classify(f, elapsed: now.since(startedAt), absentAfter: config.absentAfter) {
         case .transient where attempt < config.fastAttempts:
             let delay = config.backoff.delay(attempt: attempt, unit: rng.nextUnit())
-            move(a, to: .connecting(.backingOff, attempt: attempt, countdown: countdown(.device(a), .retryBackoff, now + delay)),
+            move(i, to: .connecting(.backingOff, attempt: attempt, countdown: countdown(.device(a), .retryBackoff, now + delay)),
                  now, &actions, reason: f.token, attempt: attempt)
         case .transient, .deviceAbsent:
-            waitPassively(a, now, &actions, reason: f.token)
+            waitPassively(i, now, &actions, reason: f.token)
         case .bondLost:
-            move(a, to: .needsRepair(reason: f.token), now, &actions, reason: f.token)
+            move(i, to: .needsRepair(reason: f.token), now, &actions, reason: f.token)
             actions.append(.updateAutoConnect(autoConnectUUIDs))
         case .adapterGone:
-            move(a, to: .adapterUnavailable, now, &actions, reason: f.token)
+            move(i, to: .adapterUnavailable, now, &actions, reason: f.token)
         }
     }
 
@@ -313,21 +349,22 @@ public struct PairingMachine: Sendable {
             case .settling: endPairing(.timedOut(phase: "connecting"), now, &actions)
             }
         case .device(let a):
-            guard let d = devices[a], d.state.countdown?.id == id else { return } // stale: ignored
+            guard let i = slot[a], slots[i].state.countdown?.id == id else { return } // stale: ignored
+            let d = slots[i]
             switch d.state {
             case .connecting(.calling, _, _), .waitingForDevice(.probing, _):
-                connectDidNotTake(a, d.state, .noReply, now, &actions)
+                connectDidNotTake(i, d.state, .noReply, now, &actions)
             case .connecting(.backingOff, let attempt, _):
-                startConnect(a, attempt: attempt + 1, now, &actions)
+                startConnect(i, attempt: attempt + 1, now, &actions)
             case .discovering:
                 // Services never resolved: drop this link and start over (it is our own disconnect,
                 // so the link-down that follows finds us `connecting` and is not a link loss).
                 actions.append(.disconnect(a))
                 let delay = config.backoff.delay(attempt: 1, unit: rng.nextUnit())
-                move(a, to: .connecting(.backingOff, attempt: 1, countdown: countdown(.device(a), .retryBackoff, now + delay)),
+                move(i, to: .connecting(.backingOff, attempt: 1, countdown: countdown(.device(a), .retryBackoff, now + delay)),
                      now, &actions, reason: "discovery-timeout")
             case .waitingForDevice(.passive, _):
-                probe(a, now, &actions)
+                probe(i, now, &actions)
             case .restoring, .connected, .disconnected, .needsRepair, .adapterUnavailable:
                 break // untimed states carry no countdown, so the guard above already returned
             }
@@ -343,7 +380,8 @@ public struct PairingMachine: Sendable {
             return
         }
         var removed = Set<DeviceAddress>()
-        if let a = request.address, let d = devices[a] {
+        if let a = request.address, let i = slot[a] {
+            let d = slots[i]
             switch d.state {
             case .needsRepair:
                 actions.append(.pairingProgress(.removingStaleBond(a)))
@@ -363,7 +401,8 @@ public struct PairingMachine: Sendable {
 
     private mutating func candidateFound(_ c: Candidate, _ now: Moment, _ actions: inout [Action]) {
         guard var p = pairing, case .scanning = p.phase, p.request.matches(c) else { return }
-        if let d = devices[c.address] {
+        if let i = slot[c.address] {
+            let d = slots[i]
             switch d.state {
             case .needsRepair:
                 if !p.removedForRepair.contains(c.address) {
@@ -409,16 +448,16 @@ public struct PairingMachine: Sendable {
         uuids.formUnion(c.serviceUUIDs)
         let identity = DeviceIdentity(address: a, addressType: c.addressType, name: c.name,
                                       adapter: config.adapter, serviceUUIDs: uuids.sorted())
-        if var existing = devices[a] {
-            existing.identity = identity
-            existing.wanted = .connected
-            existing.pairedAt = now.unixTime
-            existing.updatedAt = now.unixTime
-            devices[a] = existing
+        if let i = slot[a] {
+            slots[i].identity = identity
+            slots[i].wanted = .connected
+            slots[i].pairedAt = now.unixTime
+            slots[i].updatedAt = now.unixTime
         } else {
-            devices[a] = ManagedDevice(identity: identity, wanted: .connected, state: .restoring, since: now,
+            slot[a] = slots.count
+            slots.append(ManagedDevice(identity: identity, wanted: .connected, state: .restoring, since: now,
                                        pairedAt: now.unixTime, updatedAt: now.unixTime, lastDisconnect: nil,
-                                       reconnectAttempts: 0, hasBeenConnected: false)
+                                       reconnectAttempts: 0, hasBeenConnected: false))
         }
         let settle = countdown(.pairing, .settle, now + config.connectTimeout + config.discoveryTimeout)
         actions.append(.cancel(p.countdown.id))
@@ -430,7 +469,7 @@ public struct PairingMachine: Sendable {
         actions.append(.report(Report(kind: .paired, device: a, name: c.name, to: "paired")))
         actions.append(.pairingProgress(.paired(a)))
         actions.append(.setTrusted(a, true))
-        startConnect(a, attempt: 1, now, &actions)
+        if let i = slot[a] { startConnect(i, attempt: 1, now, &actions) }
         actions.append(.updateAutoConnect(autoConnectUUIDs))
     }
 
@@ -457,26 +496,27 @@ public struct PairingMachine: Sendable {
     // MARK: User intent
 
     private mutating func userConnect(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
-        guard let d = devices[a] else { return }
+        guard let i = slot[a] else { return }
+        let d = slots[i]
         if d.wanted != .connected {
-            devices[a]?.wanted = .connected
-            devices[a]?.updatedAt = now.unixTime
+            slots[i].wanted = .connected
+            slots[i].updatedAt = now.unixTime
             actions.append(.persist)
         }
         switch d.state {
         case .disconnected:
             actions.append(.setTrusted(a, true))
             if adapterUp {
-                devices[a]?.reconnectAttempts = 0
-                startConnect(a, attempt: 1, now, &actions)
+                slots[i].reconnectAttempts = 0
+                startConnect(i, attempt: 1, now, &actions)
             } else {
-                move(a, to: .adapterUnavailable, now, &actions)
+                move(i, to: .adapterUnavailable, now, &actions)
             }
             actions.append(.updateAutoConnect(autoConnectUUIDs))
         case .waitingForDevice(.passive, _):
-            probe(a, now, &actions)
+            probe(i, now, &actions)
         case .connecting(.backingOff, let attempt, _):
-            startConnect(a, attempt: attempt + 1, now, &actions)
+            startConnect(i, attempt: attempt + 1, now, &actions)
         case .restoring, .connecting(.calling, _, _), .discovering, .connected, .waitingForDevice(.probing, _),
              .needsRepair, .adapterUnavailable:
             break
@@ -484,10 +524,11 @@ public struct PairingMachine: Sendable {
     }
 
     private mutating func userDisconnect(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
-        guard let d = devices[a] else { return }
+        guard let i = slot[a] else { return }
+        let d = slots[i]
         if d.wanted != .disconnected {
-            devices[a]?.wanted = .disconnected
-            devices[a]?.updatedAt = now.unixTime
+            slots[i].wanted = .disconnected
+            slots[i].updatedAt = now.unixTime
             actions.append(.persist)
         }
         switch d.state {
@@ -495,10 +536,10 @@ public struct PairingMachine: Sendable {
             // Untrusted + Disconnect() also turns BlueZ's auto-connect off for it (device.c dev_disconnect).
             actions.append(.setTrusted(a, false))
             actions.append(.disconnect(a))
-            move(a, to: .disconnected, now, &actions, reason: "user")
+            move(i, to: .disconnected, now, &actions, reason: "user")
             actions.append(.updateAutoConnect(autoConnectUUIDs))
         case .restoring, .adapterUnavailable:
-            move(a, to: .disconnected, now, &actions, reason: "user")
+            move(i, to: .disconnected, now, &actions, reason: "user")
             actions.append(.updateAutoConnect(autoConnectUUIDs))
         case .disconnected, .needsRepair:
             break
@@ -506,10 +547,11 @@ public struct PairingMachine: Sendable {
     }
 
     private mutating func userUnpair(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
-        guard let d = devices[a] else { return }
+        guard let i = slot[a] else { return }
+        let d = slots[i]
         if let c = d.state.countdown { actions.append(.cancel(c.id)) }
         if case .settling(a)? = pairing?.phase { endPairing(.canceled, now, &actions) }
-        devices[a] = nil
+        forget(at: i)
         actions.append(.removeDevice(a))
         actions.append(.persist)
         actions.append(.report(Report(kind: .unpaired, device: a, name: d.identity.name, from: d.state.name, to: "unpaired")))
@@ -528,20 +570,31 @@ public struct PairingMachine: Sendable {
     }
 
     /// The one place a device changes state: swaps countdowns and reports a change of name.
-    private mutating func move(_ a: DeviceAddress, to new: DeviceState, _ now: Moment, _ actions: inout [Action],
+    private mutating func move(_ i: Int, to new: DeviceState, _ now: Moment, _ actions: inout [Action],
                                reason: String? = nil, kind: Report.Kind? = nil, attempt: Int? = nil) {
-        guard var d = devices[a] else { return }
-        let old = d.state
+        let a = slots[i].address
+        let old = slots[i].state
         if let oc = old.countdown, oc.id != new.countdown?.id { actions.append(.cancel(oc.id)) }
         if let nc = new.countdown, nc.id != old.countdown?.id { actions.append(.arm(nc)) }
-        d.state = new
+        slots[i].state = new
         let renamed = old.name != new.name
-        if renamed { d.since = now }
-        devices[a] = d
+        if renamed { slots[i].since = now }
         if renamed || kind != nil {
-            actions.append(.report(Report(kind: kind ?? Self.reportKind(from: old, to: new), device: a, name: d.identity.name,
+            actions.append(.report(Report(kind: kind ?? Self.reportKind(from: old, to: new), device: a, name: slots[i].identity.name,
                                           from: old.name, to: new.name, reason: reason, attempt: attempt)))
         }
+    }
+
+    /// Removes a device, keeping `slots` dense (the last one takes its place).
+    private mutating func forget(at i: Int) {
+        let a = slots[i].address
+        let last = slots.count - 1
+        if i != last {
+            slots.swapAt(i, last)
+            slot[slots[i].address] = i
+        }
+        slots.removeLast()
+        slot[a] = nil
     }
 
     private static func reportKind(from old: DeviceState, to new: DeviceState) -> Report.Kind {
