@@ -38,12 +38,15 @@ let package = Package(
         ]),
         .executableTarget(name: "pairctl", dependencies: ["PairCtlCommands"]),
         .executableTarget(name: "PairingBench", dependencies: ["PairingCore"]),
+        // Drives the BlueZ client alone (no daemon) inside the test bed.
+        .executableTarget(name: "bluez-probe", dependencies: ["BlueZ", "DBus", "EventLoop", "PairingCore"]),
 
         .testTarget(name: "PairingCoreTests", dependencies: ["PairingCore"]),
         .testTarget(name: "CModulesTests", dependencies: ["CDBus", "CSystemd"]),
         .testTarget(name: "EventLoopTests", dependencies: ["EventLoop"]),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "EventLoop"]),
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "EventLoop", "PairingCore"]),
+        .testTarget(name: "PairdTests", dependencies: ["Paird", "PairCtlCommands", "PairingCore", "DBus", "EventLoop"]),
     ],
     swiftLanguageModes: [.v6]
 )

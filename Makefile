@@ -1,0 +1,64 @@
+# paird — the entry points. `make test` is what CI runs (.ci/run).
+SWIFT        ?= swift
+PREFIX       ?= /usr/local
+DESTDIR      ?=
+SYSCONFDIR   ?= /etc
+UNITDIR      ?= /etc/systemd/system
+RELEASE_BIN   = .build/release
+
+.PHONY: all deps build release test unit e2e demo bench install uninstall clean
+
+all: build
+
+deps:
+	Tests/install-build-deps.sh
+
+build: deps
+	$(SWIFT) build
+
+release: deps
+	$(SWIFT) build -c release --product paird
+	$(SWIFT) build -c release --product pairctl
+
+## test: every tier — unit + integration (swift test), then end-to-end on the real-BlueZ test bed.
+test: unit e2e
+
+## unit: PairingCore, the C modules, the event loop, D-Bus against a private dbus-daemon,
+## BlueZ against python-dbusmock, the daemon and pairctl binaries against the mock.
+unit: deps release
+	$(SWIFT) build --build-tests
+	$(SWIFT) test --skip-build
+
+## e2e: the real kernel Bluetooth stack, bluetoothd 5.66 and a virtual wearable in a qemu VM.
+e2e: release
+	Tests/testbed/e2e.sh
+
+demo: release
+	Tests/testbed/demo.sh
+
+## bench: programs that print figures (see BENCHMARKS.md).
+bench: deps
+	$(SWIFT) build -c release --product PairingBench
+	$(RELEASE_BIN)/PairingBench 1 3
+	$(RELEASE_BIN)/PairingBench 100 3
+
+install: release
+	install -D -m 0755 $(RELEASE_BIN)/paird   $(DESTDIR)$(PREFIX)/sbin/paird
+	install -D -m 0755 $(RELEASE_BIN)/pairctl $(DESTDIR)$(PREFIX)/bin/pairctl
+	install -D -m 0644 systemd/paird.service  $(DESTDIR)$(UNITDIR)/paird.service
+	sed -i 's|^ExecStart=.*|ExecStart=$(PREFIX)/sbin/paird|' $(DESTDIR)$(UNITDIR)/paird.service
+	test -e $(DESTDIR)$(SYSCONFDIR)/paird/paird.conf || \
+	  install -D -m 0644 etc/paird/paird.conf $(DESTDIR)$(SYSCONFDIR)/paird/paird.conf
+	install -D -m 0644 etc/dbus-1/system.d/org.paird1.conf \
+	  $(DESTDIR)/usr/share/dbus-1/system.d/org.paird1.conf
+	getent passwd paird >/dev/null || useradd --system --no-create-home --home-dir /var/lib/paird --shell /usr/sbin/nologin --user-group paird
+	-[ -z "$(DESTDIR)" ] && systemctl reload dbus 2>/dev/null; true
+	-[ -z "$(DESTDIR)" ] && systemctl daemon-reload 2>/dev/null; true
+	@echo "installed; now: systemctl enable --now paird && pairctl pair"
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/sbin/paird $(DESTDIR)$(PREFIX)/bin/pairctl $(DESTDIR)$(UNITDIR)/paird.service \
+	  $(DESTDIR)/usr/share/dbus-1/system.d/org.paird1.conf
+
+clean:
+	rm -rf .build .build-* testbed-out

@@ -1,0 +1,112 @@
+import Foundation
+import PairingCore
+
+/// paird.conf: `[Section]` headers and `Key = value` lines, `#` comments, in the style of
+/// BlueZ's main.conf. Unknown keys are warned about; bad values are refused with file, line and
+/// reason. Every key and its default is listed in etc/paird/paird.conf.
+public struct DaemonConfig: Sendable, Equatable {
+    public var machine = MachineConfig()
+    /// Adapter name (`hci0`) or address; empty = the first adapter BlueZ lists.
+    public var adapter: String = ""
+    /// Characteristics (128-bit UUIDs) subscribed to after every (re)connect.
+    public var subscribe: [String] = [ServiceUUID.heartRateMeasurement]
+    /// Read Battery Level after every (re)connect and subscribe to it.
+    public var battery = true
+
+    public init() {}
+
+    public struct Error: Swift.Error, CustomStringConvertible, Equatable {
+        public var file: String
+        public var line: Int
+        public var reason: String
+        public var description: String { "\(file):\(line): \(reason)" }
+    }
+
+    /// Parses `text` (read from `file`, named in messages). Returns the config and warnings.
+    public static func parse(_ text: String, file: String) throws(Error) -> (DaemonConfig, [String]) {
+        var c = DaemonConfig()
+        var warnings: [String] = []
+        var section = ""
+        for (n, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            let lineNo = n + 1
+            let line = raw.trimmingCharacters(in: .whitespaces)
+            if line.isEmpty || line.hasPrefix("#") || line.hasPrefix(";") { continue }
+            func fail(_ why: String) -> Error { Error(file: file, line: lineNo, reason: why) }
+            if line.hasPrefix("[") {
+                guard line.hasSuffix("]"), line.count > 2 else { throw fail("malformed section header \(line)") }
+                section = String(line.dropFirst().dropLast()).trimmingCharacters(in: .whitespaces)
+                if !Self.keys.keys.contains(section) { warnings.append("\(file):\(lineNo): unknown section [\(section)]") }
+                continue
+            }
+            guard let eq = line.firstIndex(of: "=") else { throw fail("expected Key = value, got \(line)") }
+            let key = line[..<eq].trimmingCharacters(in: .whitespaces)
+            let value = line[line.index(after: eq)...].trimmingCharacters(in: .whitespaces)
+            guard let known = Self.keys[section], known.contains(key) else {
+                warnings.append("\(file):\(lineNo): unknown key \(key) in [\(section)], ignored")
+                continue
+            }
+            func seconds(_ range: ClosedRange<Double>) throws(Error) -> Duration {
+                guard let v = Double(value), v.isFinite, range.contains(v) else {
+                    throw fail("\(key) must be a number of seconds in \(range.lowerBound)…\(range.upperBound), got \"\(value)\"")
+                }
+                return .fractionalSeconds(v)
+            }
+            switch (section, key) {
+            case ("General", "Adapter"):
+                guard value.isEmpty || value.range(of: #"^hci[0-9]+$"#, options: .regularExpression) != nil || DeviceAddress(value) != nil
+                else { throw fail("Adapter must be an adapter name like hci0 or an address, got \"\(value)\"") }
+                c.adapter = value
+            case ("Pairing", "ScanTimeout"): c.machine.scanTimeout = try seconds(1...600)
+            case ("Pairing", "PairTimeout"): c.machine.pairTimeout = try seconds(5...300)
+            case ("Connection", "ConnectTimeout"): c.machine.connectTimeout = try seconds(5...300)
+            case ("Connection", "DiscoveryTimeout"): c.machine.discoveryTimeout = try seconds(5...300)
+            case ("Connection", "BackoffInitial"): c.machine.backoff.initial = try seconds(0.1...60)
+            case ("Connection", "BackoffMax"): c.machine.backoff.maximum = try seconds(1...3600)
+            case ("Connection", "FallbackInterval"): c.machine.fallbackInterval = try seconds(5...86400)
+            case ("Connection", "AbsentAfter"): c.machine.absentAfter = try seconds(1...300)
+            case ("Connection", "FastAttempts"):
+                guard let v = Int(value), (1...100).contains(v) else { throw fail("FastAttempts must be a whole number in 1…100, got \"\(value)\"") }
+                c.machine.fastAttempts = v
+            case ("Notifications", "Subscribe"):
+                var uuids: [String] = []
+                for part in value.split(separator: ",") {
+                    let p = part.trimmingCharacters(in: .whitespaces)
+                    guard let u = ServiceUUID.normalize(p) else { throw fail("Subscribe: \"\(p)\" is not a UUID") }
+                    uuids.append(u)
+                }
+                c.subscribe = uuids
+            case ("Notifications", "Battery"):
+                switch value.lowercased() {
+                case "yes", "true", "on", "1": c.battery = true
+                case "no", "false", "off", "0": c.battery = false
+                default: throw fail("Battery must be yes or no, got \"\(value)\"")
+                }
+            default:
+                warnings.append("\(file):\(lineNo): unknown key \(key) in [\(section)], ignored")
+            }
+        }
+        if c.machine.backoff.maximum < c.machine.backoff.initial {
+            throw Error(file: file, line: 0, reason: "BackoffMax (\(c.machine.backoff.maximum)) is below BackoffInitial (\(c.machine.backoff.initial))")
+        }
+        c.machine.adapter = c.adapter.isEmpty ? "hci0" : c.adapter
+        return (c, warnings)
+    }
+
+    static let keys: [String: Set<String>] = [
+        "General": ["Adapter"],
+        "Pairing": ["ScanTimeout", "PairTimeout"],
+        "Connection": ["ConnectTimeout", "DiscoveryTimeout", "BackoffInitial", "BackoffMax", "FallbackInterval",
+                       "AbsentAfter", "FastAttempts"],
+        "Notifications": ["Subscribe", "Battery"],
+    ]
+
+    /// Reads `path`; a missing file means all defaults (a missing *explicit* --config is an error, decided by the caller).
+    public static func load(path: String) throws -> (DaemonConfig, [String]) {
+        guard FileManager.default.fileExists(atPath: path) else { return (DaemonConfig(), []) }
+        let text: String
+        do { text = try String(contentsOfFile: path, encoding: .utf8) } catch {
+            throw Error(file: path, line: 0, reason: "cannot read: \(error.localizedDescription)")
+        }
+        return try parse(text, file: path)
+    }
+}

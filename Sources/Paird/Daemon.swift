@@ -1,0 +1,334 @@
+import BlueZ
+import DBus
+import EventLoop
+import Foundation
+import PairingCore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The runtime: the one impure owner of the `PairingMachine`. Everything happens on one
+/// `EventLoop` thread: BlueZ signals and replies, countdown timers, pairctl's calls, signals,
+/// and the watchdog ping. Each becomes an `Event` fed to the machine with `now`; the machine's
+/// actions are performed here, in order. Idle (connected and quiet, or waiting for an absent
+/// wearable) the loop sleeps in epoll_wait: the only periodic wake-up is the watchdog ping.
+public final class Daemon {
+    public struct Options: Sendable {
+        public var configPath: String
+        public var stateFilePath: String
+        public var adapter: String?
+        public init(configPath: String, stateFilePath: String, adapter: String?) {
+            self.configPath = configPath
+            self.stateFilePath = stateFilePath
+            self.adapter = adapter
+        }
+    }
+
+    let loop: EventLoop
+    let log: Log
+    let config: DaemonConfig
+    let stateFile: StateFile
+    var machine: PairingMachine
+    var bus: DBusConnection!
+    var bluez: BlueZClient!
+    var api: ManagerAPI!
+
+    /// Live timers, one per armed countdown. A timer that fires after its countdown was
+    /// cancelled is not in here any more and does nothing; the machine ignores stale ids anyway.
+    var timers: [Countdown.ID: TimerHandle] = [:]
+    var actions: [Action] = []
+    /// `Disconnected(reason)` of BlueZ ≥ 5.83, kept until the `Connected=false` that follows.
+    var disconnectReasons: [DeviceAddress: DisconnectClassifier.Reason] = [:]
+    var battery: [DeviceAddress: UInt8] = [:]
+    var lastStatus = ""
+    var ready = false
+    var connectCalls = 0
+
+    public init(options: Options, log: Log) throws {
+        self.log = log
+        var (config, warnings) = try DaemonConfig.load(path: options.configPath)
+        if let a = options.adapter { config.adapter = a; config.machine.adapter = a }
+        self.config = config
+        for w in warnings { log.warning(w) }
+        loop = try EventLoop()
+        stateFile = StateFile(path: options.stateFilePath)
+
+        var restored: PersistedState?
+        switch try stateFile.load() {
+        case .missing:
+            log.info("no state file at \(options.stateFilePath): first start")
+        case .loaded(let s):
+            restored = s
+            log.info("restored \(s.devices.count) device(s) from \(options.stateFilePath)")
+        case .quarantined(let error, let aside):
+            log.log(.error, "state file \(options.stateFilePath) unusable (\(error)); moved to \(aside), starting empty",
+                    id: Log.MessageID.stateFileQuarantined, fields: ["PAIRD_STATE_FILE": aside])
+        }
+        machine = PairingMachine(config: config.machine, restoring: restored, now: Daemon.now())
+    }
+
+    /// Monotonic (boottime, as ContinuousClock on Linux) and wall clock, read together.
+    static func now() -> Moment {
+        var mono = timespec()
+        var wall = timespec()
+        clock_gettime(CLOCK_BOOTTIME, &mono)
+        clock_gettime(CLOCK_REALTIME, &wall)
+        return Moment(uptimeNanoseconds: Int64(mono.tv_sec) * 1_000_000_000 + Int64(mono.tv_nsec),
+                      unixTime: Double(wall.tv_sec) + Double(wall.tv_nsec) / 1e9)
+    }
+
+    /// Connects, owns the bus name, starts the BlueZ client, and runs until SIGTERM/SIGINT.
+    public func run() throws {
+        ServiceManager.notify("STATUS=Starting up")
+        bus = try DBusConnection.system(on: loop)
+        bus.onDisconnect = { [unowned self] in
+            log.error("lost the system bus; exiting so systemd restarts us")
+            loop.stop()
+        }
+        api = ManagerAPI(daemon: self)
+        try bus.export(path: PairdAPI.objectPath, object: api.object)
+        switch try bus.requestName(PairdAPI.busName) {
+        case .primaryOwner, .alreadyOwner: break
+        case .inQueue, .exists:
+            throw DBusError(name: DBusError.Name.failed, message: "\(PairdAPI.busName) is already owned: is another paird running?")
+        }
+
+        bluez = BlueZClient(connection: bus, adapter: config.adapter)
+        bluez.onEvent = { [unowned self] event in handle(event) }
+        bluez.start()
+
+        try loop.onSignal(SIGTERM) { [unowned self] in shutDown("SIGTERM") }
+        try loop.onSignal(SIGINT) { [unowned self] in shutDown("SIGINT") }
+        try loop.onSignal(SIGHUP) { [unowned self] in log.info("SIGHUP: configuration is read at start only; restart paird to apply changes") }
+        if let interval = ServiceManager.watchdogPingInterval() { scheduleWatchdog(every: interval) }
+
+        log.log(.info, "paird \(PairdAPI.version) started, \(machine.devices.count) device(s) known",
+                id: Log.MessageID.started)
+        try loop.run()
+        bluez.stop()
+        bus.close()
+    }
+
+    func shutDown(_ why: String) {
+        log.info("\(why): stopping")
+        ServiceManager.notify("STOPPING=1\nSTATUS=Shutting down")
+        loop.stop()
+    }
+
+    /// The watchdog ping comes from the loop that runs the machine, so a stalled loop is caught.
+    func scheduleWatchdog(every interval: Duration) {
+        loop.schedule(after: interval) { [unowned self] in
+            ServiceManager.notify("WATCHDOG=1")
+            scheduleWatchdog(every: interval)
+        }
+    }
+
+    /// READY=1 once the bus name is owned and the first reconciliation is done (adapter ready
+    /// and the state file reconciled, or no adapter found).
+    func markReadyIfNeeded() {
+        guard !ready else { return }
+        ready = true
+        ServiceManager.notify("READY=1\nSTATUS=\(machine.statusLine(now: Daemon.now()))")
+    }
+
+    // MARK: Events in
+
+    func handle(_ event: BlueZEvent) {
+        switch event {
+        case .adapterReady:
+            feed(.adapterReady(bluez.views(for: Array(machine.devices.keys))))
+            markReadyIfNeeded()
+        case .adapterGone(let reason):
+            log.info("adapter unavailable: \(reason)")
+            feed(.adapterLost)
+            markReadyIfNeeded()
+        case .deviceFound(let info):
+            guard let p = machine.pairing, case .scanning = p.phase else { return }
+            feed(.candidateFound(Candidate(address: info.address, addressType: info.addressType, name: info.name,
+                                           rssi: info.rssi, serviceUUIDs: info.uuids, bonded: info.paired)))
+        case .connectedChanged(let a, true):
+            feed(.linkUp(a))
+        case .connectedChanged(let a, false):
+            let info = bluez.device(a)
+            let evidence = DisconnectClassifier.Evidence(
+                reason: disconnectReasons.removeValue(forKey: a),
+                stillBonded: info.map { $0.paired && ($0.bonded ?? true) } ?? false,
+                deviceExists: info != nil,
+                adapterUp: bluez.adapter?.powered ?? false)
+            feed(.linkDown(a, evidence))
+        case .servicesResolvedChanged(let a, let resolved):
+            if resolved { feed(.servicesResolved(a)) }
+        case .bondChanged(let a, let bonded):
+            if !bonded { feed(.bondLost(a)) }
+        case .deviceRemoved(let a):
+            battery[a] = nil
+            feed(.deviceRemoved(a))
+        case .disconnectReason(let a, let reason, _):
+            disconnectReasons[a] = DisconnectClassifier.Reason(name: reason)
+        case .notification(let a, let characteristic, let value):
+            try? bus.emitSignal(path: PairdAPI.objectPath, interface: PairdAPI.interface, member: "Notification",
+                                args: [.string(a.description), .string(characteristic), .bytes(value)])
+        case .battery(let a, let level):
+            guard battery[a] != level else { return }
+            battery[a] = level
+            try? bus.emitSignal(path: PairdAPI.objectPath, interface: PairdAPI.interface, member: "Battery",
+                                args: [.string(a.description), .byte(level)])
+        case .passkeyRequested(let a):
+            log.warning("\(a) asked for a passkey; paird pairs with Just Works only, refused")
+        }
+    }
+
+    /// Feeds one event to the machine and performs what it asks, in order.
+    func feed(_ event: Event) {
+        let now = Daemon.now()
+        actions.removeAll(keepingCapacity: true)
+        machine.handle(event, now: now, into: &actions)
+        let batch = actions
+        for action in batch { perform(action, now: now) }
+        let status = machine.statusLine(now: now)
+        if status != lastStatus {
+            lastStatus = status
+            ServiceManager.notify("STATUS=\(status)")
+        }
+    }
+
+    // MARK: Actions out
+
+    func perform(_ action: Action, now: Moment) {
+        switch action {
+        case .connect(let a, let call, let timeout):
+            connectCalls += 1
+            bluez.connect(a, timeout: timeout) { [unowned self] failure in
+                if let failure {
+                    feed(.connectFailed(a, call: call, failure))
+                } else {
+                    feed(.connectSucceeded(a, call: call))
+                    // A reconnect through Connect() often signals neither Connected nor
+                    // ServicesResolved: ask.
+                    bluez.readServicesResolved(a) { [unowned self] resolved in
+                        if resolved == true { feed(.servicesResolved(a)) }
+                    }
+                }
+            }
+        case .disconnect(let a):
+            bluez.disconnect(a) { [unowned self] failure in
+                if let failure { log.debug("Disconnect \(a): \(failure.token)") }
+            }
+        case .setUpLink(let a):
+            bluez.setUpLink(a, subscribe: config.subscribe, battery: config.battery) { [unowned self] failure in
+                feed(.linkSetUp(a, failure: failure))
+            }
+        case .setTrusted(let a, let trusted):
+            bluez.setTrusted(a, trusted) { [unowned self] failure in
+                if let failure { log.warning("setting Trusted=\(trusted) on \(a) failed: \(failure.token)") }
+            }
+        case .removeDevice(let a):
+            battery[a] = nil
+            bluez.removeDevice(a) { [unowned self] failure in
+                if let failure, failure != .deviceGone { log.warning("RemoveDevice \(a) failed: \(failure.token)") }
+            }
+        case .startDiscovery(let request):
+            bluez.startDiscovery(serviceUUIDs: request.serviceUUIDs, address: request.address) { [unowned self] failure in
+                if let failure { feed(.discoveryFailed(failure)) }
+            }
+            // Devices BlueZ already lists (seen before this scan) are candidates too.
+            for info in bluez.discoveredDevices() {
+                handle(.deviceFound(info))
+            }
+        case .stopDiscovery:
+            bluez.stopDiscovery()
+        case .pair(let a, let call, let timeout):
+            bluez.pair(a, timeout: timeout) { [unowned self] failure in
+                if let failure { feed(.pairFailed(a, call: call, failure)) } else { feed(.pairSucceeded(a, call: call)) }
+            }
+        case .cancelPairing(let a):
+            bluez.cancelPairing(a)
+        case .updateAutoConnect(let uuids):
+            bluez.setAutoConnectUUIDs(uuids)
+        case .arm(let c):
+            let id = c.id
+            let delay = Duration.nanoseconds(max(0, c.deadline.uptimeNanoseconds - now.uptimeNanoseconds))
+            timers[id]?.cancel()
+            timers[id] = loop.schedule(after: delay) { [unowned self] in
+                guard timers.removeValue(forKey: id) != nil else { return }
+                feed(.countdownFired(id))
+            }
+        case .cancel(let id):
+            timers.removeValue(forKey: id)?.cancel()
+        case .persist:
+            do { try stateFile.save(machine.persistedState()) } catch {
+                log.error("could not write the state file: \(error); the change is kept in memory and written at the next change")
+            }
+        case .report(let r):
+            report(r)
+        case .pairingProgress(let p):
+            api.pairingProgress(p)
+        case .pairingEnded(let outcome):
+            api.pairingEnded(outcome)
+        }
+    }
+
+    func report(_ r: Report) {
+        let who = r.device.map { r.name.isEmpty ? "\($0)" : "\(r.name) (\($0))" } ?? "pairing"
+        let message: String
+        switch r.kind {
+        case .paired: message = "\(who) paired"
+        case .connected: message = "\(who) connected"
+        case .reconnected: message = "\(who) reconnected after \(r.attempt ?? 0) attempt(s)"
+        case .linkLost: message = "\(who) link lost (\(r.reason ?? "unknown")), waiting for it to come back"
+        case .needsRepair: message = "\(who) needs re-pairing (\(r.reason ?? "bond lost")): run pairctl pair \(r.device.map { "\($0)" } ?? "")"
+        case .unpaired: message = "\(who) unpaired"
+        case .userDisconnected: message = "\(who) disconnected on request; it stays down until pairctl connect"
+        case .adapterLost: message = "\(who) adapter unavailable"
+        case .pairingFailed: message = "pairing failed: \(r.reason ?? "unknown")"
+        case .stateChanged: message = "\(who) \(r.from) → \(r.to)" + (r.reason.map { " (\($0))" } ?? "")
+        }
+        let priority: Priority
+        switch r.kind {
+        case .needsRepair, .pairingFailed: priority = .warning
+        case .linkLost, .adapterLost, .paired, .connected, .reconnected, .unpaired, .userDisconnected: priority = .notice
+        case .stateChanged: priority = .info
+        }
+        log.log(priority, message, id: Log.MessageID.forReport(r.kind), fields: [
+            "PAIRD_DEVICE": r.device?.description ?? "",
+            "PAIRD_STATE": r.to,
+            "PAIRD_PREVIOUS_STATE": r.from,
+            "PAIRD_REASON": r.reason ?? "",
+            "PAIRD_ATTEMPT": r.attempt.map(String.init) ?? "",
+            "PAIRD_EVENT": r.kind.rawValue,
+        ])
+        if let a = r.device {
+            try? bus.emitSignal(path: PairdAPI.objectPath, interface: PairdAPI.interface, member: "StateChanged",
+                                args: [.string(a.description), .string(r.to), .string(r.reason ?? "")])
+        }
+    }
+
+    // MARK: Status
+
+    func status() -> StatusDocument {
+        let now = Daemon.now()
+        func wall(_ m: Moment) -> Date { Date(timeIntervalSince1970: now.unixTime - Double(now.uptimeNanoseconds - m.uptimeNanoseconds) / 1e9) }
+        let adapter = bluez?.adapter.map {
+            StatusDocument.Adapter(name: $0.name, address: $0.address, powered: $0.powered, present: true)
+        } ?? StatusDocument.Adapter(name: config.adapter.isEmpty ? nil : config.adapter, address: nil, powered: false, present: false)
+        let pairing = machine.pairing.map { p -> StatusDocument.Pairing in
+            let device: String?
+            switch p.phase {
+            case .scanning: device = nil
+            case .pairing(let c, _): device = c.address.description
+            case .settling(let a): device = a.description
+            }
+            return StatusDocument.Pairing(phase: p.phase.name, deadline: wall(p.countdown.deadline), device: device)
+        }
+        let devices = machine.devices.values.sorted { $0.address < $1.address }.map { d in
+            StatusDocument.Device(
+                address: d.address.description, name: d.identity.name, state: d.state.name, wanted: d.wanted.rawValue,
+                since: wall(d.since),
+                lastDisconnect: d.lastDisconnect.map { .init(reason: $0.reason, at: wall($0.at)) },
+                reconnectAttempts: d.reconnectAttempts, battery: battery[d.address].map(Int.init),
+                services: d.identity.serviceUUIDs)
+        }
+        return StatusDocument(daemon: .init(running: true, version: PairdAPI.version), adapter: adapter,
+                              pairing: pairing, devices: devices)
+    }
+}

@@ -1,0 +1,129 @@
+import DBus
+import PairingCore
+
+/// `org.paird1.Manager1` at `/org/paird1`: what pairctl talks to. Who may call what is the D-Bus
+/// policy's job (etc/dbus-1/system.d/org.paird1.conf); this validates arguments and turns each
+/// call into a user event for the machine.
+final class ManagerAPI {
+    unowned let daemon: Daemon
+    let object = DBusObject()
+    /// The `Pair` call waiting for its session to end.
+    var pendingPair: MethodContext?
+
+    init(daemon: Daemon) {
+        self.daemon = daemon
+        let i = DBusInterface(PairdAPI.interface)
+        i.method("Pair", in: "a{sv}", out: "ss") { [unowned self] args, call in try pair(args, call) }
+        i.method("CancelPairing") { [unowned self] _, call in
+            guard daemon.machine.pairing != nil else { throw DBusError(name: PairdAPI.Error.failed, message: "no pairing in progress") }
+            daemon.feed(.userCancelPairing)
+            call.reply()
+        }
+        i.method("Unpair", in: "s") { [unowned self] args, call in
+            let a = try knownDevice(args)
+            daemon.feed(.userUnpair(a))
+            call.reply()
+        }
+        i.method("Connect", in: "s") { [unowned self] args, call in
+            let a = try knownDevice(args)
+            if case .needsRepair(let why)? = daemon.machine.device(a)?.state {
+                throw DBusError(name: PairdAPI.Error.needsRepair, message: "\(a) needs re-pairing (\(why)): run pairctl pair \(a)")
+            }
+            daemon.feed(.userConnect(a))
+            call.reply()
+        }
+        i.method("Disconnect", in: "s") { [unowned self] args, call in
+            let a = try knownDevice(args)
+            daemon.feed(.userDisconnect(a))
+            call.reply()
+        }
+        i.method("GetStatus", out: "s") { [unowned self] _, call in
+            call.reply([.string(daemon.status().json(pretty: false))])
+        }
+        i.property("Version", signature: "s", emitsChange: false, get: { .string(PairdAPI.version) })
+        i.signal("StateChanged", signature: "sss")
+        i.signal("PairingProgress", signature: "sss")
+        i.signal("Notification", signature: "ssay")
+        i.signal("Battery", signature: "sy")
+        object.add(i)
+    }
+
+    func knownDevice(_ args: [DBusValue]) throws -> DeviceAddress {
+        guard let text = args.first?.string, let a = DeviceAddress(text) else {
+            throw DBusError(name: PairdAPI.Error.invalidArguments,
+                            message: "\"\(args.first?.string ?? "")\" is not a Bluetooth address (AA:BB:CC:DD:EE:FF)")
+        }
+        guard daemon.machine.device(a) != nil else {
+            throw DBusError(name: PairdAPI.Error.unknownDevice, message: "\(a) is not paired with paird")
+        }
+        return a
+    }
+
+    func pair(_ args: [DBusValue], _ call: MethodContext) throws {
+        guard pendingPair == nil, daemon.machine.pairing == nil else {
+            throw DBusError(name: PairdAPI.Error.busy, message: "a pairing is already in progress")
+        }
+        let options = args.first?.dictionary ?? [:]
+        var request = PairRequest()
+        for (key, value) in options {
+            let v = value.unwrapped
+            switch key {
+            case "Address":
+                guard let s = v.string, let a = DeviceAddress(s) else {
+                    throw DBusError(name: PairdAPI.Error.invalidArguments, message: "Address: not a Bluetooth address")
+                }
+                request.address = a
+            case "Services":
+                guard let list = v.stringArray else { throw DBusError(name: PairdAPI.Error.invalidArguments, message: "Services: expected as") }
+                request.serviceUUIDs = try list.map { s in
+                    guard let u = ServiceUUID.normalize(s) else {
+                        throw DBusError(name: PairdAPI.Error.invalidArguments, message: "Services: \"\(s)\" is not a UUID")
+                    }
+                    return u
+                }
+            case "Name":
+                guard let s = v.string else { throw DBusError(name: PairdAPI.Error.invalidArguments, message: "Name: expected s") }
+                request.nameContains = s
+            case "Timeout":
+                guard let t = v.uint32, (1...600).contains(t) else {
+                    throw DBusError(name: PairdAPI.Error.invalidArguments, message: "Timeout: expected 1…600 seconds (u)")
+                }
+                request.scanTimeout = .seconds(Int64(t))
+            default:
+                throw DBusError(name: PairdAPI.Error.invalidArguments, message: "unknown option \(key)")
+            }
+        }
+        pendingPair = call
+        daemon.feed(.userPair(request))
+    }
+
+    func pairingProgress(_ p: PairingProgress) {
+        let (kind, address, text): (String, String, String)
+        switch p {
+        case .scanning: (kind, address, text) = ("scanning", "", "scanning…")
+        case .found(let c):
+            let rssi = c.rssi.map { ", \($0) dBm" } ?? ""
+            (kind, address, text) = ("found", "\(c.address)", "found \(c.name.isEmpty ? "(no name)" : c.name) (\(c.address)\(rssi))")
+        case .pairing(let a): (kind, address, text) = ("pairing", "\(a)", "pairing…")
+        case .removingStaleBond(let a): (kind, address, text) = ("removing-stale-bond", "\(a)", "removing the old bond of \(a)…")
+        case .paired(let a): (kind, address, text) = ("paired", "\(a)", "paired, connecting…")
+        }
+        try? daemon.bus.emitSignal(path: PairdAPI.objectPath, interface: PairdAPI.interface, member: "PairingProgress",
+                                   args: [.string(kind), .string(address), .string(text)])
+    }
+
+    func pairingEnded(_ outcome: PairingOutcome) {
+        guard let call = pendingPair else { return }
+        pendingPair = nil
+        switch outcome {
+        case .success(let a, let name): call.reply([.string(a.description), .string(name)])
+        case .alreadyPaired(let a): call.reply([.string(a.description), .string(daemon.machine.device(a)?.identity.name ?? "")])
+        case .noDeviceFound: call.fail(DBusError(name: PairdAPI.Error.noDeviceFound, message: "no matching wearable found before the timeout"))
+        case .authenticationFailed(let why): call.fail(DBusError(name: PairdAPI.Error.authenticationFailed, message: "authentication failed (\(why))"))
+        case .timedOut(let phase): call.fail(DBusError(name: PairdAPI.Error.timeout, message: "timed out while \(phase)"))
+        case .canceled: call.fail(DBusError(name: PairdAPI.Error.canceled, message: "pairing canceled"))
+        case .adapterUnavailable: call.fail(DBusError(name: PairdAPI.Error.adapterUnavailable, message: "no usable Bluetooth adapter"))
+        case .failed(let why): call.fail(DBusError(name: PairdAPI.Error.failed, message: why))
+        }
+    }
+}

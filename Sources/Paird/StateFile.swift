@@ -1,0 +1,86 @@
+import Foundation
+import PairingCore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The JSON state file: loaded once at start, rewritten atomically when intent or identity
+/// changes. A write is: temp file in the same directory (mode 0600) → write → fsync → rename over
+/// the old file → fsync the directory. A crash at any point leaves either the old or the new
+/// document, never half of one.
+public struct StateFile: Sendable {
+    public let path: String
+
+    public init(path: String) { self.path = path }
+
+    public enum LoadResult: Sendable {
+        /// No file: a first start.
+        case missing
+        case loaded(PersistedState)
+        /// The file could not be used; it was moved to `movedTo` and the daemon starts empty.
+        case quarantined(StateFileError, movedTo: String)
+    }
+
+    /// Reads the file; anything unusable (corrupt, truncated, oversized, future version) is moved
+    /// aside, never deleted, so a person can look at it.
+    public func load(now: Date = Date()) throws -> LoadResult {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        if fd < 0 {
+            if errno == ENOENT { return .missing }
+            throw SystemError("open \(path)", errno)
+        }
+        var bytes = [UInt8]()
+        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+        while true {
+            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 { if errno == EINTR { continue }; let e = errno; close(fd); throw SystemError("read \(path)", e) }
+            if n == 0 { break }
+            bytes += chunk[0..<n]
+            if bytes.count > PersistedState.maximumSize { break } // enough to know it is too large
+        }
+        close(fd)
+        do {
+            return .loaded(try PersistedState.decode(Data(bytes)))
+        } catch {
+            let stamp = Int(now.timeIntervalSince1970)
+            let aside = "\(path).corrupt-\(stamp)"
+            if rename(path, aside) != 0 { throw SystemError("rename \(path) to \(aside)", errno) }
+            return .quarantined(error, movedTo: aside)
+        }
+    }
+
+    /// Atomically replaces the file with `state`.
+    public func save(_ state: PersistedState) throws {
+        let data = state.encoded()
+        let dir = (path as NSString).deletingLastPathComponent.isEmpty ? "." : (path as NSString).deletingLastPathComponent
+        var template = Array("\(path).tmp-XXXXXX".utf8CString)
+        let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
+        if fd < 0 { throw SystemError("create a temporary file next to \(path)", errno) }
+        let tmp = String(cString: template)
+        var ok = false
+        defer { if !ok { unlink(tmp) } }
+        defer { if fd >= 0 { close(fd) } }
+        if fchmod(fd, 0o600) != 0 { throw SystemError("chmod \(tmp)", errno) }
+        try data.withUnsafeBytes { buf in
+            var off = 0
+            while off < buf.count {
+                let n = write(fd, buf.baseAddress! + off, buf.count - off)
+                if n < 0 { if errno == EINTR { continue }; throw SystemError("write \(tmp)", errno) }
+                off += n
+            }
+        }
+        if fsync(fd) != 0 { throw SystemError("fsync \(tmp)", errno) }
+        if rename(tmp, path) != 0 { throw SystemError("rename \(tmp) to \(path)", errno) }
+        ok = true
+        let dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if dfd >= 0 { fsync(dfd); close(dfd) }
+    }
+}
+
+/// An errno with what was being done, for logs and pairctl.
+public struct SystemError: Error, CustomStringConvertible, Sendable {
+    public let what: String
+    public let code: Int32
+    public init(_ what: String, _ code: Int32) { self.what = what; self.code = code }
+    public var description: String { "\(what): \(String(cString: strerror(code)))" }
+}

@@ -1,0 +1,121 @@
+import CSystemd
+import PairingCore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// sd_notify(3): READY, STATUS, WATCHDOG, STOPPING. Without NOTIFY_SOCKET every call is a no-op.
+public enum ServiceManager {
+    /// Sends one notification; returns sd_notify's result (>0 sent, 0 no socket, <0 -errno).
+    @discardableResult
+    public static func notify(_ assignments: String) -> Int32 { sd_notify(0, assignments) }
+
+    /// Half of `WATCHDOG_USEC` when the watchdog is on for this process, else nil.
+    public static func watchdogPingInterval() -> Duration? {
+        var usec: UInt64 = 0
+        guard sd_watchdog_enabled(0, &usec) > 0, usec > 0 else { return nil }
+        return .microseconds(Int64(usec / 2))
+    }
+}
+
+/// Journal priorities (syslog levels).
+public enum Priority: Int32, Sendable {
+    case error = 3, warning = 4, notice = 5, info = 6, debug = 7
+}
+
+/// Structured logging: native journal entries with `MESSAGE_ID` and `PAIRD_*` fields when stderr
+/// is the journal (systemd sets `JOURNAL_STREAM`), readable lines on stderr otherwise (a
+/// terminal, a test, a container).
+public final class Log: @unchecked Sendable {
+    public let toJournal: Bool
+    public var minimumPriority: Priority = .info
+
+    public init(forceStderr: Bool = false) {
+        toJournal = !forceStderr && Log.stderrIsJournal()
+    }
+
+    /// `MESSAGE_ID`s, one per kind of happening (made with `systemd-id128 new`); listed in README.md.
+    public enum MessageID {
+        public static let started = "0e1c4f5ba0c84a2c8e6f2bd09ed7c4a1"
+        public static let stateFileQuarantined = "fb4303ae5aee430ab58c2c6aea35f154"
+        public static func forReport(_ kind: Report.Kind) -> String {
+            switch kind {
+            case .paired: "ab55ea673df149f5b792fb9662ee1185"
+            case .connected: "abee842ca2994f9c8320d023b52878aa"
+            case .reconnected: "e45ca7dc9e1944d78ad5fe457f1b403f"
+            case .linkLost: "5c5a55419d41426389004542fbd35400"
+            case .needsRepair: "b4521f6461444d9696f10abc5b8fc4cb"
+            case .unpaired: "932b5bf6c5574962807fde294d519ade"
+            case .userDisconnected: "468865d58689406b8d30e797756b2564"
+            case .adapterLost: "dff6639b92654615a420d9efea2e3179"
+            case .pairingFailed: "c0dba6b6672943d7b05d3d0e0f45d8ad"
+            case .stateChanged: "fb277abbdc3641a2a37dc4287a3fa941"
+            }
+        }
+    }
+
+    public func log(_ priority: Priority, _ message: String, id: String? = nil, fields: KeyValuePairs<String, String> = [:]) {
+        guard priority.rawValue <= minimumPriority.rawValue else { return }
+        if toJournal {
+            var entries = ["MESSAGE=\(message)", "PRIORITY=\(priority.rawValue)", "SYSLOG_IDENTIFIER=paird"]
+            if let id { entries.append("MESSAGE_ID=\(id)") }
+            for (k, v) in fields { entries.append("\(k)=\(v)") }
+            Log.sendv(entries)
+        } else {
+            var line = message
+            let extra = fields.filter { !$0.value.isEmpty }.map { "\($0.key)=\($0.value)" }
+            if !extra.isEmpty { line += "  [" + extra.joined(separator: " ") + "]" }
+            let tag: String
+            switch priority {
+            case .error: tag = "error: "
+            case .warning: tag = "warning: "
+            case .notice, .info, .debug: tag = ""
+            }
+            FileHandleWriter.stderr("paird: \(tag)\(line)\n")
+        }
+    }
+
+    public func error(_ m: String) { log(.error, m) }
+    public func warning(_ m: String) { log(.warning, m) }
+    public func info(_ m: String) { log(.info, m) }
+    public func debug(_ m: String) { log(.debug, m) }
+
+    /// `sd_journal_sendv` with one iovec per `FIELD=value` (values may hold newlines).
+    static func sendv(_ entries: [String]) {
+        var buffer = [UInt8]()
+        var ranges: [(Int, Int)] = []
+        for e in entries {
+            let start = buffer.count
+            buffer += Array(e.utf8)
+            ranges.append((start, buffer.count - start))
+        }
+        buffer.withUnsafeMutableBytes { raw in
+            var iov = ranges.map { iovec(iov_base: raw.baseAddress! + $0.0, iov_len: $0.1) }
+            _ = sd_journal_sendv(&iov, Int32(iov.count))
+        }
+    }
+
+    /// systemd connects stderr to the journal and says so in `JOURNAL_STREAM=<dev>:<inode>`.
+    static func stderrIsJournal() -> Bool {
+        guard let env = getenv("JOURNAL_STREAM").map({ String(cString: $0) }) else { return false }
+        let parts = env.split(separator: ":")
+        guard parts.count == 2, let dev = UInt64(parts[0]), let ino = UInt64(parts[1]) else { return false }
+        var st = stat()
+        guard fstat(2, &st) == 0 else { return false }
+        return UInt64(st.st_dev) == dev && UInt64(st.st_ino) == ino
+    }
+}
+
+enum FileHandleWriter {
+    static func stderr(_ s: String) {
+        var bytes = Array(s.utf8)
+        bytes.withUnsafeMutableBytes { b in
+            var off = 0
+            while off < b.count {
+                let n = write(2, b.baseAddress! + off, b.count - off)
+                if n <= 0 { if errno == EINTR { continue }; return }
+                off += n
+            }
+        }
+    }
+}

@@ -1,0 +1,31 @@
+/// paird's own D-Bus API on the system bus, shared by the daemon and pairctl.
+///
+/// - Bus name `org.paird1`, object `/org/paird1`, interface `org.paird1.Manager1`.
+/// - Methods: `Pair(a{sv} options) → (s address, s name)` (answers when pairing ends; options
+///   `Address` s, `Services` as, `Name` s, `Timeout` u seconds), `CancelPairing()`,
+///   `Unpair(s)`, `Connect(s)`, `Disconnect(s)`, `GetStatus() → s` (the `StatusDocument` JSON).
+/// - Signals: `StateChanged(s address, s state, s reason)`, `PairingProgress(s kind, s address, s text)`,
+///   `Notification(s address, s characteristic, ay value)`, `Battery(s address, y percent)`.
+/// - Property: `Version` s.
+/// The D-Bus policy (etc/dbus-1/system.d/org.paird1.conf) lets everyone read status and receive
+/// signals, and only root and the `bluetooth` group call Pair, CancelPairing, Unpair, Connect, Disconnect.
+public enum PairdAPI {
+    public static let busName = "org.paird1"
+    public static let objectPath = "/org/paird1"
+    public static let interface = "org.paird1.Manager1"
+    public static let version = "0.1.0"
+
+    /// Error names the daemon answers with; pairctl maps each to its own exit code.
+    public enum Error {
+        public static let invalidArguments = "org.paird1.Error.InvalidArguments"
+        public static let unknownDevice = "org.paird1.Error.UnknownDevice"
+        public static let busy = "org.paird1.Error.Busy"
+        public static let noDeviceFound = "org.paird1.Error.NoDeviceFound"
+        public static let authenticationFailed = "org.paird1.Error.AuthenticationFailed"
+        public static let timeout = "org.paird1.Error.Timeout"
+        public static let adapterUnavailable = "org.paird1.Error.AdapterUnavailable"
+        public static let canceled = "org.paird1.Error.Canceled"
+        public static let needsRepair = "org.paird1.Error.NeedsRepair"
+        public static let failed = "org.paird1.Error.Failed"
+    }
+}

@@ -1,0 +1,4 @@
+import Foundation
+import PairCtlCommands
+
+exit(Pairctl.run(Array(CommandLine.arguments.dropFirst())))

@@ -1,0 +1,68 @@
+import ArgumentParser
+import Foundation
+import Paird
+import PairingCore
+
+/// paird: keeps Bluetooth LE wearables connected. Runs in the foreground (systemd Type=notify).
+struct PairdCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "paird",
+        abstract: "Keep Bluetooth LE wearables connected around the clock, through BlueZ.",
+        discussion: """
+        paird runs in the foreground and is meant to be started by systemd (paird.service,
+        Type=notify). It talks to BlueZ (org.bluez) on the system bus, owns the bus name
+        \(PairdAPI.busName), and is controlled with pairctl.
+
+        Exit status: 0 after SIGTERM/SIGINT, 1 on a runtime failure, 64 on bad arguments,
+        78 on a bad configuration file (systemd does not restart it for that).
+        """,
+        version: PairdAPI.version)
+
+    @Option(name: .long, help: ArgumentHelp("Configuration file.", valueName: "path"))
+    var config: String = "/etc/paird/paird.conf"
+
+    @Option(name: .customLong("state-file"),
+            help: ArgumentHelp("State file (default: $STATE_DIRECTORY/state.json, else /var/lib/paird/state.json).", valueName: "path"))
+    var stateFile: String?
+
+    @Option(name: .long, help: ArgumentHelp("Adapter to use, by name (hci0) or address; overrides the config file.", valueName: "name|address"))
+    var adapter: String?
+
+    @Flag(name: .customLong("check-config"), help: "Parse the configuration file, report problems, and exit.")
+    var checkConfig = false
+
+    func validate() throws {
+        if let a = adapter, a.range(of: #"^hci[0-9]+$"#, options: .regularExpression) == nil, DeviceAddress(a) == nil {
+            throw ValidationError("--adapter must be an adapter name like hci0 or an address like 00:AA:01:00:00:00, got \"\(a)\"")
+        }
+    }
+
+    func run() throws {
+        let log = Log()
+        if checkConfig {
+            do {
+                let (_, warnings) = try DaemonConfig.load(path: config)
+                for w in warnings { print("warning: \(w)") }
+                print("\(config): OK")
+                return
+            } catch {
+                log.error("\(error)")
+                throw ExitCode(78)
+            }
+        }
+        let statePath = stateFile ?? ProcessInfo.processInfo.environment["STATE_DIRECTORY"]
+            .flatMap { $0.split(separator: ":").first.map { "\($0)/state.json" } } ?? "/var/lib/paird/state.json"
+        do {
+            let daemon = try Daemon(options: .init(configPath: config, stateFilePath: statePath, adapter: adapter), log: log)
+            try daemon.run()
+        } catch let e as DaemonConfig.Error {
+            log.error("\(e)")
+            throw ExitCode(78)
+        } catch {
+            log.error("\(error)")
+            throw ExitCode.failure
+        }
+    }
+}
+
+PairdCommand.main()

@@ -1,0 +1,26 @@
+#!/bin/bash
+# Installs what building paird and its fast + integration test tiers need on Debian 12
+# (idempotent; quick when everything is present). The real-BlueZ test bed has its own list:
+# Tests/testbed/install-deps.sh.
+set -euo pipefail
+PKGS=(
+  pkg-config libdbus-1-dev libsystemd-dev   # the C libraries paird links (CDBus, CSystemd)
+  dbus                                      # dbus-daemon: private buses for the integration tier
+  python3 python3-dbus python3-gi python3-dbusmock  # python-dbusmock's bluez5 template
+  valgrind                                  # the D-Bus layer's leak check
+  systemd                                   # systemd-analyze for the unit's security score
+)
+missing=()
+for p in "${PKGS[@]}"; do
+  st=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+  [[ $st == installed ]] || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  echo "install-build-deps: all ${#PKGS[@]} packages present"
+  exit 0
+fi
+echo "install-build-deps: installing ${missing[*]}"
+SUDO=; [[ $(id -u) == 0 ]] || SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
