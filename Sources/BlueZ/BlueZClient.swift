@@ -1,0 +1,990 @@
+import DBus
+import EventLoop
+import PairingCore
+
+/// A typed client of BlueZ (`org.bluez` on the system bus), driven by the connection's event loop.
+///
+/// It mirrors BlueZ's object tree (one `GetManagedObjects`, then `InterfacesAdded`/`Removed` and
+/// `PropertiesChanged`, updated in place), follows bluetoothd across restarts (`NameOwnerChanged`),
+/// keeps an `Agent1` (NoInputNoOutput, default agent) and a `GattProfile1` application (which
+/// arms the kernel's LE auto-connect for the listed service UUIDs) registered, and turns what it
+/// sees into `BlueZEvent`s. Requests (`connect`, `pair`, ...) answer with `BlueZFailure`s.
+///
+/// Everything happens on the loop thread: call it only from there; callbacks come from there.
+/// Anything of an unexpected shape from the bus is logged and ignored.
+public final class BlueZClient {
+    /// Counters, for tests and benchmarks.
+    public struct Stats: Sendable, Hashable {
+        /// `Device1.Connect` calls issued, per device.
+        public var connectCalls: [DeviceAddress: Int] = [:]
+        /// `Device1.Pair` calls issued, per device.
+        public var pairCalls: [DeviceAddress: Int] = [:]
+        /// Successful `RegisterAgent` (+ `RequestDefaultAgent`) rounds.
+        public var agentRegistrations = 0
+        /// Successful `GattManager1.RegisterApplication` calls.
+        public var applicationRegistrations = 0
+        /// Failed registration attempts (agent or application), retried later.
+        public var registrationFailures = 0
+        /// `GetManagedObjects` replies applied.
+        public var cacheRebuilds = 0
+        /// Signals applied to the cache.
+        public var signalsHandled = 0
+        /// Signals dropped: wrong shape, or not from bluetoothd.
+        public var signalsIgnored = 0
+        /// `StartNotify` calls issued.
+        public var startNotifyCalls = 0
+        public init() {}
+    }
+
+    public static let agentPath = "/org/paird/agent"
+    public static let applicationPath = "/org/paird/app"
+    public static let profilePath = "/org/paird/app/profile0"
+
+    public let connection: DBusConnection
+    public let selector: String
+    public var onEvent: ((BlueZEvent) -> Void)?
+    /// Diagnostics (one line each); nil = silent.
+    public var log: ((String) -> Void)?
+    public private(set) var stats = Stats()
+
+    /// Timeouts for calls that BlueZ answers at once (Connect/Pair take the caller's).
+    public var shortTimeout: Duration = .seconds(25)
+    /// GATT reads and StartNotify: above the 30 s ATT timeout.
+    public var gattTimeout: Duration = .seconds(35)
+    /// Delay before a failed registration is tried again.
+    public var retryDelay: Duration = .seconds(5)
+    private let removalGrace: Duration
+
+    // MARK: State
+
+    typealias Props = [String: DBusValue]
+    /// path → interface → properties: bluetoothd's objects as last seen. Updated in place.
+    private var objects: [String: [String: Props]] = [:]
+    /// bluetoothd's unique name; nil while it is not on the bus.
+    private var owner: String?
+    /// Bumped whenever bluetoothd goes or comes: replies of an older generation are dropped.
+    private var generation = 0
+    /// The cache holds a `GetManagedObjects` of the current owner.
+    private var synced = false
+    private var started = false
+    private var stopped = false
+    private var subscriptions: [SignalSubscription] = []
+    private var exported = false
+
+    private var adapterPath: String?
+    private var ready = false
+
+    private enum Registration { case none, pending, settled }
+    private var agentState = Registration.none
+    private var agentRegistered = false
+    /// The UUIDs the profile object shows; what BlueZ read at the last registration.
+    private var exportedUUIDs: [String] = []
+    private var wantedUUIDs: [String] = []
+    /// UUIDs BlueZ holds for our application, nil when not registered.
+    private var registeredUUIDs: [String]?
+    private var appBusy = false
+    private var appSettled = false
+    private var retryTimer: TimerHandle?
+
+    private var discoveryActive = false
+    /// Characteristic UUIDs (128-bit) whose `Value` changes are reported, per device.
+    private var notifyUUIDs: [DeviceAddress: Set<String>] = [:]
+    /// Last Battery Level characteristic value, per device path.
+    private var batteryLevels: [String: UInt8] = [:]
+    private var pendingRemovals: [DeviceAddress] = []
+    private var removalTimer: TimerHandle?
+
+    /// `selector`: "" for the first adapter, a name (`hci0`), a path, or an adapter address.
+    /// `removalGrace`: how long a device's `InterfacesRemoved` is held back before it is
+    /// reported; if the adapter goes away meanwhile (controller unplugged, bluetoothd stopping)
+    /// it is dropped, since those removals say nothing about the bond.
+    public init(connection: DBusConnection, adapter selector: String, removalGrace: Duration = .milliseconds(300)) {
+        self.connection = connection
+        self.selector = selector
+        self.removalGrace = removalGrace
+    }
+
+    private var loop: EventLoop { connection.loop }
+
+    // MARK: - Public view of the cache
+
+    public var adapter: AdapterInfo? {
+        guard let path = adapterPath, let props = objects[path]?[Iface.adapter] else { return nil }
+        return AdapterInfo(path: path, name: String(path.split(separator: "/").last ?? ""),
+                           address: props["Address"]?.string ?? "", powered: props["Powered"]?.bool ?? false)
+    }
+
+    /// True between `.adapterReady` and `.adapterGone`.
+    public var isReady: Bool { ready }
+
+    /// Whether BlueZ holds our agent / application now (for status and tests).
+    public var agentIsRegistered: Bool { agentRegistered }
+    public var registeredAutoConnectUUIDs: [String]? { registeredUUIDs }
+
+    public func device(_ address: DeviceAddress) -> DeviceInfo? {
+        guard let path = devicePath(address) else { return nil }
+        return deviceInfo(path)
+    }
+
+    /// Every device under the selected adapter.
+    public var devices: [DeviceInfo] {
+        guard let adapterPath else { return [] }
+        return objects.keys.filter { Self.parent(of: $0) == adapterPath }.sorted().compactMap(deviceInfo)
+    }
+
+    public func views(for addresses: [DeviceAddress]) -> [DeviceAddress: BlueZDeviceView] {
+        var result: [DeviceAddress: BlueZDeviceView] = [:]
+        for a in addresses { result[a] = device(a)?.view ?? .absent }
+        return result
+    }
+
+    // MARK: - Lifecycle
+
+    public func start() {
+        guard !started else { return }
+        started = true
+        stopped = false
+        exportObjects()
+        let om = "org.freedesktop.DBus.ObjectManager"
+        subscriptions = [
+            connection.subscribe(MatchRule(sender: Bus.name, interface: om, member: "InterfacesAdded", path: "/")) { [weak self] in
+                self?.onInterfacesAdded($0)
+            },
+            connection.subscribe(MatchRule(sender: Bus.name, interface: om, member: "InterfacesRemoved", path: "/")) { [weak self] in
+                self?.onInterfacesRemoved($0)
+            },
+            connection.subscribe(MatchRule(sender: Bus.name, interface: "org.freedesktop.DBus.Properties",
+                                           member: "PropertiesChanged", pathNamespace: "/org/bluez")) { [weak self] in
+                self?.onPropertiesChanged($0)
+            },
+            connection.subscribe(MatchRule(sender: Bus.name, interface: Iface.device, member: "Disconnected",
+                                           pathNamespace: "/org/bluez")) { [weak self] in
+                self?.onDisconnected($0)
+            },
+            connection.subscribe(MatchRule(sender: "org.freedesktop.DBus", interface: "org.freedesktop.DBus",
+                                           member: "NameOwnerChanged", path: "/org/freedesktop/DBus", arg0: Bus.name)) { [weak self] in
+                self?.onNameOwnerChanged($0)
+            },
+        ]
+        // The AddMatch calls above go out first, so nothing emitted after our snapshot is missed.
+        resolveOwner()
+    }
+
+    /// Unregisters the agent and the application, stops our discovery, drops subscriptions and
+    /// exported objects. `completion` runs once BlueZ answered (or could not).
+    public func stop(completion: (() -> Void)? = nil) {
+        guard started else { completion?(); return }
+        started = false
+        stopped = true
+        for s in subscriptions { s.cancel() }
+        subscriptions = []
+        retryTimer?.cancel()
+        removalTimer?.cancel()
+        pendingRemovals = []
+        var outstanding = 1
+        let finish = { [weak self] in
+            outstanding -= 1
+            if outstanding == 0 {
+                self?.unexportObjects()
+                completion?()
+            }
+        }
+        if owner != nil {
+            if discoveryActive, let adapterPath {
+                outstanding += 1
+                call(adapterPath, Iface.adapter, "StopDiscovery") { _ in finish() }
+            }
+            if agentRegistered {
+                outstanding += 1
+                call("/org/bluez", Iface.agentManager, "UnregisterAgent", [.objectPath(Self.agentPath)]) { _ in finish() }
+            }
+            if registeredUUIDs != nil, let adapterPath {
+                outstanding += 1
+                call(adapterPath, Iface.gattManager, "UnregisterApplication", [.objectPath(Self.applicationPath)]) { _ in finish() }
+            }
+        }
+        discoveryActive = false
+        agentRegistered = false
+        registeredUUIDs = nil
+        generation += 1
+        ready = false
+        loop.enqueue { finish() }
+    }
+
+    // MARK: - Requests
+
+    public func connect(_ address: DeviceAddress, timeout: Duration, reply: @escaping (BlueZFailure?) -> Void) {
+        guard let path = targetPath(address, reply) else { return }
+        stats.connectCalls[address, default: 0] += 1
+        call(path, Iface.device, "Connect", timeout: timeout) { reply(Self.failure($0)) }
+    }
+
+    public func disconnect(_ address: DeviceAddress, reply: @escaping (BlueZFailure?) -> Void) {
+        guard let path = targetPath(address, reply) else { return }
+        call(path, Iface.device, "Disconnect") { reply(Self.failure($0)) }
+    }
+
+    public func pair(_ address: DeviceAddress, timeout: Duration, reply: @escaping (BlueZFailure?) -> Void) {
+        guard let path = targetPath(address, reply) else { return }
+        stats.pairCalls[address, default: 0] += 1
+        call(path, Iface.device, "Pair", timeout: timeout) { reply(Self.failure($0)) }
+    }
+
+    public func cancelPairing(_ address: DeviceAddress) {
+        guard let path = targetPath(address, { _ in }) else { return }
+        call(path, Iface.device, "CancelPairing") { [weak self] result in
+            if case .failure(let e) = result { self?.note("CancelPairing \(address): \(e)") }
+        }
+    }
+
+    public func setTrusted(_ address: DeviceAddress, _ trusted: Bool, reply: ((BlueZFailure?) -> Void)?) {
+        guard let path = targetPath(address, { reply?($0) }) else { return }
+        call(path, "org.freedesktop.DBus.Properties", "Set",
+             [.string(Iface.device), .string("Trusted"), .variant(.bool(trusted))]) { reply?(Self.failure($0)) }
+    }
+
+    /// `Adapter1.RemoveDevice`: forgets the device and its keys.
+    public func removeDevice(_ address: DeviceAddress, reply: ((BlueZFailure?) -> Void)?) {
+        guard let adapterPath, objects[adapterPath] != nil else {
+            loop.enqueue { reply?(.adapterUnavailable) }
+            return
+        }
+        let path = devicePath(address) ?? adapterPath + "/" + address.pathComponent
+        call(adapterPath, Iface.adapter, "RemoveDevice", [.objectPath(path)]) { reply?(Self.failure($0)) }
+    }
+
+    /// `SetDiscoveryFilter {UUIDs, Transport: le, DuplicateData: false, Pattern?}`, then
+    /// `StartDiscovery` (unless our session already runs: then only the filter changes).
+    public func startDiscovery(serviceUUIDs: [String], address: DeviceAddress?, reply: @escaping (BlueZFailure?) -> Void) {
+        guard let adapterPath, objects[adapterPath] != nil else {
+            loop.enqueue { reply(.adapterUnavailable) }
+            return
+        }
+        var filter: [String: DBusValue] = [
+            "UUIDs": .stringArray(serviceUUIDs.map { ServiceUUID.normalize($0) ?? $0.lowercased() }),
+            "Transport": .string("le"),
+            "DuplicateData": .bool(false),
+        ]
+        if let address { filter["Pattern"] = .string(address.description) }
+        let gen = generation
+        call(adapterPath, Iface.adapter, "SetDiscoveryFilter", [.vardict(filter)]) { [weak self] result in
+            guard let self else { return }
+            if let failure = Self.failure(result) { reply(failure); return }
+            guard gen == self.generation else { reply(.adapterUnavailable); return }
+            if self.discoveryActive { reply(nil); return }
+            self.call(adapterPath, Iface.adapter, "StartDiscovery") { [weak self] result in
+                guard let self else { return }
+                let failure = Self.failure(result)
+                if failure == nil && gen == self.generation { self.discoveryActive = true }
+                reply(failure)
+            }
+        }
+    }
+
+    public func stopDiscovery() {
+        guard discoveryActive else { return }
+        discoveryActive = false
+        guard let adapterPath else { return }
+        call(adapterPath, Iface.adapter, "StopDiscovery") { [weak self] result in
+            if case .failure(let e) = result { self?.note("StopDiscovery: \(e)") }
+        }
+    }
+
+    /// The service UUIDs the `GattProfile1` lists (BlueZ arms LE auto-connect for bonded devices
+    /// offering them). BlueZ reads them at registration, so a change re-registers.
+    public func setAutoConnectUUIDs(_ uuids: [String]) {
+        var seen = Set<String>()
+        wantedUUIDs = uuids.compactMap { ServiceUUID.normalize($0) }.filter { seen.insert($0).inserted }
+        reconcileApplication()
+    }
+
+    /// After `ServicesResolved`: finds the characteristics by UUID under the device (never by a
+    /// remembered path), `StartNotify`s each one in `subscribe` that exists (missing ones are only
+    /// logged), and with `battery` reads and subscribes Battery Level (0x2A19) and reports
+    /// `Battery1.Percentage`. Replies nil when done, or the first failure of a wanted subscription.
+    public func setUpLink(_ address: DeviceAddress, subscribe: [String], battery: Bool, reply: @escaping (BlueZFailure?) -> Void) {
+        guard let devPath = devicePath(address) else {
+            loop.enqueue { reply(.deviceGone) }
+            return
+        }
+        let wanted = subscribe.compactMap { ServiceUUID.normalize($0) }
+        var uuids = Set(wanted)
+        if battery { uuids.insert(ServiceUUID.batteryLevel) }
+        notifyUUIDs[address] = uuids
+
+        let chars = characteristics(under: devPath)
+        var outcome: BlueZFailure?
+        var outstanding = 1
+        let done = {
+            outstanding -= 1
+            if outstanding == 0 { reply(outcome) }
+        }
+        for uuid in wanted {
+            let paths = chars.filter { $0.uuid == uuid }.map(\.path)
+            if paths.isEmpty { note("\(address): no characteristic \(uuid); not subscribed") }
+            for path in paths {
+                outstanding += 1
+                startNotify(path) { failure in
+                    if let failure, outcome == nil { outcome = failure }
+                    done()
+                }
+            }
+        }
+        if battery {
+            if let pct = objects[devPath]?[Iface.battery]?["Percentage"]?.uint8 {
+                emit(.battery(address, pct))
+            }
+            for path in chars.filter({ $0.uuid == ServiceUUID.batteryLevel }).map(\.path) {
+                outstanding += 2
+                let gen = generation
+                call(path, Iface.characteristic, "ReadValue", [.vardict([String: DBusValue]())], timeout: gattTimeout) { [weak self] result in
+                    guard let self else { return }
+                    switch result {
+                    case .success(let values):
+                        if gen == self.generation, values.count == 1, let bytes = values[0].bytes, let level = bytes.first {
+                            self.recordBattery(devPath, address, level)
+                        } else if gen == self.generation {
+                            self.note("\(address): Battery Level read returned \(values.signature)")
+                        }
+                    case .failure(let e):
+                        self.note("\(address): Battery Level read: \(e)")
+                    }
+                    done()
+                }
+                startNotify(path) { [weak self] failure in
+                    if let failure { self?.note("\(address): Battery Level StartNotify: \(failure.token)") }
+                    done()
+                }
+            }
+        }
+        loop.enqueue { done() }
+    }
+
+    /// `Properties.Get(Device1, ServicesResolved)`: nil when it cannot be read. Updates the cache
+    /// (without an event), because a reconnect made by Connect() often signals nothing.
+    public func readServicesResolved(_ address: DeviceAddress, reply: @escaping (Bool?) -> Void) {
+        guard let path = devicePath(address) else {
+            loop.enqueue { reply(nil) }
+            return
+        }
+        let gen = generation
+        call(path, "org.freedesktop.DBus.Properties", "Get", [.string(Iface.device), .string("ServicesResolved")]) { [weak self] result in
+            guard let self else { return }
+            guard case .success(let values) = result, values.count == 1, let value = values[0].unwrapped.bool else {
+                reply(nil)
+                return
+            }
+            if gen == self.generation, self.objects[path]?[Iface.device] != nil {
+                self.objects[path]?[Iface.device]?["ServicesResolved"] = .bool(value)
+            }
+            reply(value)
+        }
+    }
+
+    // MARK: - Calls
+
+    private func call(_ path: String, _ interface: String, _ method: String, _ args: [DBusValue] = [],
+                      timeout: Duration? = nil, reply: @escaping (Result<[DBusValue], DBusError>) -> Void) {
+        connection.call(destination: Bus.name, path: path, interface: interface, method: method, args: args,
+                        timeout: timeout ?? shortTimeout, reply: reply)
+    }
+
+    static func failure(_ result: Result<[DBusValue], DBusError>) -> BlueZFailure? {
+        switch result {
+        case .success: nil
+        case .failure(let e): BlueZFailure(errorName: e.name, message: e.message)
+        }
+    }
+
+    /// The device's object path for a request, or nil after answering `reply` with why not.
+    private func targetPath(_ address: DeviceAddress, _ reply: @escaping (BlueZFailure?) -> Void) -> String? {
+        if let path = devicePath(address) { return path }
+        guard owner != nil, let adapterPath, objects[adapterPath] != nil else {
+            loop.enqueue { reply(.adapterUnavailable) }
+            return nil
+        }
+        // Not in the cache: BlueZ decides (a bonded device is always there; else UnknownObject).
+        return adapterPath + "/" + address.pathComponent
+    }
+
+    private func startNotify(_ path: String, reply: @escaping (BlueZFailure?) -> Void) {
+        stats.startNotifyCalls += 1
+        call(path, Iface.characteristic, "StartNotify", timeout: gattTimeout) { result in
+            // InProgress: our own earlier StartNotify is still being set up.
+            if case .failure(let e) = result, e.name == "org.bluez.Error.InProgress" { reply(nil); return }
+            reply(Self.failure(result))
+        }
+    }
+
+    private func note(_ line: String) { log?(line) }
+
+    private func emit(_ event: BlueZEvent) { onEvent?(event) }
+
+    // MARK: - bluetoothd presence
+
+    private func resolveOwner() {
+        let gen = generation
+        connection.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                        method: "GetNameOwner", args: [.string(Bus.name)], timeout: shortTimeout) { [weak self] result in
+            guard let self, gen == self.generation, !self.stopped else { return }
+            switch result {
+            case .success(let values):
+                guard values.count == 1, let name = values[0].string else { return }
+                self.bluetoothdAppeared(name)
+            case .failure(let e):
+                // Not running: wait for NameOwnerChanged (never activate it ourselves).
+                self.note("org.bluez not on the bus (\(e.name)); waiting for it")
+            }
+        }
+    }
+
+    private func onNameOwnerChanged(_ message: DBusMessage) {
+        guard let args = try? message.arguments(), (try? args.expect("sss")) != nil,
+              args[0].string == Bus.name, let old = args[1].string, let new = args[2].string else {
+            stats.signalsIgnored += 1
+            return
+        }
+        stats.signalsHandled += 1
+        if !old.isEmpty || owner != nil { bluetoothdLeft() }
+        if !new.isEmpty { bluetoothdAppeared(new) }
+    }
+
+    private func bluetoothdLeft() {
+        guard owner != nil || synced else { return }
+        note("bluetoothd left the bus")
+        owner = nil
+        generation += 1
+        synced = false
+        objects = [:]
+        batteryLevels = [:]
+        agentState = .none
+        agentRegistered = false
+        registeredUUIDs = nil
+        appBusy = false
+        appSettled = false
+        discoveryActive = false
+        retryTimer?.cancel()
+        evaluate()
+        adapterPath = nil
+    }
+
+    private func bluetoothdAppeared(_ name: String) {
+        if owner == name && synced { return }
+        if owner != nil && owner != name { bluetoothdLeft() }
+        owner = name
+        generation += 1
+        synced = false
+        let gen = generation
+        call("/", "org.freedesktop.DBus.ObjectManager", "GetManagedObjects") { [weak self] result in
+            guard let self, gen == self.generation, !self.stopped else { return }
+            switch result {
+            case .success(let values):
+                guard values.count == 1, let tree = values[0].managedObjects else {
+                    self.note("GetManagedObjects returned \(values.signature); ignored")
+                    return
+                }
+                self.objects = tree.filter { $0.key.hasPrefix("/org/bluez") }
+                self.synced = true
+                self.stats.cacheRebuilds += 1
+                self.evaluate()
+            case .failure(let e):
+                self.note("GetManagedObjects: \(e)")
+                // bluetoothd may be starting up: try again unless it left meanwhile.
+                self.retryTimer?.cancel()
+                self.retryTimer = self.loop.schedule(after: self.retryDelay) { [weak self] in
+                    guard let self, gen == self.generation, let owner = self.owner else { return }
+                    self.owner = nil
+                    self.bluetoothdAppeared(owner)
+                }
+            }
+        }
+    }
+
+    // MARK: - Adapter selection, registrations, readiness
+
+    private func selectAdapter() -> String? {
+        let adapters = objects.compactMap { path, ifaces in ifaces[Iface.adapter] != nil ? path : nil }
+            .sorted { ($0.utf8.count, $0) < ($1.utf8.count, $1) }
+        if selector.isEmpty { return adapters.first }
+        if let address = DeviceAddress(selector) {
+            return adapters.first { objects[$0]?[Iface.adapter]?["Address"]?.string.flatMap(Self.parseAddress) == address }
+        }
+        if selector.hasPrefix("/") { return adapters.first { $0 == selector } }
+        return adapters.first { $0 == "/org/bluez/" + selector }
+    }
+
+    /// Re-checks which adapter we use, drives the registrations, and emits ready/gone.
+    private func evaluate() {
+        if synced {
+            if let path = adapterPath, objects[path]?[Iface.adapter] == nil {
+                // Our adapter vanished: its application registration went with it.
+                adapterPath = nil
+                registeredUUIDs = nil
+                appSettled = false
+                appBusy = false
+                discoveryActive = false
+            }
+            if adapterPath == nil { adapterPath = selectAdapter() }
+            if adapterPath != nil {
+                registerAgentIfNeeded()
+                reconcileApplication()
+            }
+        }
+        let info = synced ? adapter : nil
+        let up = info?.powered == true && agentState == .settled && appSettled
+        if up, !ready, let info {
+            ready = true
+            note("adapter \(info.name) ready")
+            emit(.adapterReady(info))
+        } else if !up, ready {
+            ready = false
+            pendingRemovals = []
+            removalTimer?.cancel()
+            let reason = !synced ? AdapterGoneReason.bluetoothdGone : info == nil ? AdapterGoneReason.removed : AdapterGoneReason.poweredOff
+            note("adapter gone: \(reason)")
+            emit(.adapterGone(reason: reason))
+        }
+    }
+
+    private func registerAgentIfNeeded() {
+        guard agentState == .none, !stopped else { return }
+        agentState = .pending
+        let gen = generation
+        let path = DBusValue.objectPath(Self.agentPath)
+        call("/org/bluez", Iface.agentManager, "RegisterAgent", [path, .string("NoInputNoOutput")]) { [weak self] result in
+            guard let self, gen == self.generation else { return }
+            if case .failure(let e) = result, e.name != "org.bluez.Error.AlreadyExists" {
+                self.note("RegisterAgent: \(e)")
+                self.registrationFailed()
+                return
+            }
+            self.call("/org/bluez", Iface.agentManager, "RequestDefaultAgent", [path]) { [weak self] result in
+                guard let self, gen == self.generation else { return }
+                if case .failure(let e) = result { self.note("RequestDefaultAgent: \(e)") }
+                self.agentRegistered = true
+                self.stats.agentRegistrations += 1
+                self.agentState = .settled
+                self.evaluate()
+            }
+        }
+    }
+
+    private func registrationFailed() {
+        stats.registrationFailures += 1
+        if agentState == .pending { agentState = .settled }
+        scheduleRetry()
+        evaluate()
+    }
+
+    private func scheduleRetry() {
+        guard retryTimer?.isPending != true else { return }
+        let gen = generation
+        retryTimer = loop.schedule(after: retryDelay) { [weak self] in
+            guard let self, gen == self.generation, !self.stopped else { return }
+            if !self.agentRegistered { self.agentState = .none }
+            self.evaluate()
+        }
+    }
+
+    /// Brings BlueZ's registration of our application in line with `wantedUUIDs`, one call at a time.
+    private func reconcileApplication() {
+        guard synced, !appBusy, !stopped, let adapterPath else { return }
+        let gen = generation
+        if let registered = registeredUUIDs, registered != wantedUUIDs {
+            appBusy = true
+            call(adapterPath, Iface.gattManager, "UnregisterApplication", [.objectPath(Self.applicationPath)]) { [weak self] result in
+                guard let self, gen == self.generation else { return }
+                if case .failure(let e) = result { self.note("UnregisterApplication: \(e)") }
+                self.appBusy = false
+                self.registeredUUIDs = nil
+                self.reconcileApplication()
+            }
+            return
+        }
+        guard registeredUUIDs == nil else {
+            if !appSettled { appSettled = true; evaluate() }
+            return
+        }
+        guard !wantedUUIDs.isEmpty else {
+            // An application with no UUIDs would be refused ("No valid service object found").
+            if !appSettled { appSettled = true; evaluate() }
+            return
+        }
+        // After a failure, wait for the retry timer.
+        guard !(appSettled && retryTimer?.isPending == true) else { return }
+        appBusy = true
+        let uuids = wantedUUIDs
+        exportedUUIDs = uuids
+        call(adapterPath, Iface.gattManager, "RegisterApplication",
+             [.objectPath(Self.applicationPath), .vardict([String: DBusValue]())]) { [weak self] result in
+            guard let self, gen == self.generation else { return }
+            self.appBusy = false
+            switch result {
+            case .success:
+                self.registeredUUIDs = uuids
+                self.stats.applicationRegistrations += 1
+                self.note("GATT profile registered for \(uuids.joined(separator: ","))")
+            case .failure(let e) where e.name == "org.bluez.Error.AlreadyExists":
+                self.registeredUUIDs = uuids
+            case .failure(let e):
+                self.note("RegisterApplication: \(e)")
+                self.appSettled = true
+                self.stats.registrationFailures += 1
+                self.scheduleRetry()
+                self.evaluate()
+                return
+            }
+            self.appSettled = true
+            if self.registeredUUIDs != self.wantedUUIDs {
+                self.reconcileApplication()
+            } else {
+                self.evaluate()
+            }
+        }
+    }
+
+    // MARK: - Exported objects: Agent1 and the GattProfile1 application
+
+    private func exportObjects() {
+        guard !exported else { return }
+        let agent = DBusInterface(Iface.agent)
+            .method("Release") { [weak self] _, call in
+                self?.note("agent released by BlueZ")
+                self?.agentRegistered = false
+                call.reply()
+            }
+            .method("RequestPinCode", in: "o", out: "s") { [weak self] args, call in
+                self?.rejectPasskey(args, call)
+            }
+            .method("RequestPasskey", in: "o", out: "u") { [weak self] args, call in
+                self?.rejectPasskey(args, call)
+            }
+            .method("DisplayPinCode", in: "os") { [weak self] args, call in
+                guard self?.fromBluetoothd(call) == true else { return }
+                call.reply()
+            }
+            .method("DisplayPasskey", in: "ouq") { [weak self] _, call in
+                guard self?.fromBluetoothd(call) == true else { return }
+                call.reply()
+            }
+            .method("RequestConfirmation", in: "ou") { [weak self] _, call in
+                guard self?.fromBluetoothd(call) == true else { return }
+                call.reply()
+            }
+            .method("RequestAuthorization", in: "o") { [weak self] _, call in
+                guard self?.fromBluetoothd(call) == true else { return }
+                call.reply()
+            }
+            .method("AuthorizeService", in: "os") { [weak self] _, call in
+                guard self?.fromBluetoothd(call) == true else { return }
+                call.reply()
+            }
+            .method("Cancel") { _, call in call.reply() }
+        let profile = DBusInterface(Iface.gattProfile)
+            .method("Release") { [weak self] _, call in
+                self?.note("GATT profile released by BlueZ")
+                call.reply()
+            }
+            .property("UUIDs", signature: "as", emitsChange: false) { [weak self] in
+                .stringArray(self?.exportedUUIDs ?? [])
+            }
+        do {
+            try connection.export(path: Self.agentPath, object: DBusObject([agent]))
+            try connection.exportObjectManager(at: Self.applicationPath)
+            try connection.export(path: Self.profilePath, object: DBusObject([profile]))
+            exported = true
+        } catch {
+            note("cannot export agent/profile: \(error)")
+        }
+    }
+
+    private func unexportObjects() {
+        guard exported else { return }
+        connection.unexport(path: Self.profilePath)
+        connection.unexportObjectManager(at: Self.applicationPath)
+        connection.unexport(path: Self.agentPath)
+        exported = false
+    }
+
+    /// Only bluetoothd may drive our agent: anyone else on the system bus is refused.
+    private func fromBluetoothd(_ call: MethodContext) -> Bool {
+        guard let owner, call.sender == owner else {
+            call.fail(DBusError(name: "org.bluez.Error.Rejected", message: "not from bluetoothd"))
+            return false
+        }
+        return true
+    }
+
+    private func rejectPasskey(_ args: [DBusValue], _ call: MethodContext) {
+        guard fromBluetoothd(call) else { return }
+        call.fail(DBusError(name: "org.bluez.Error.Rejected", message: "paird pairs with Just Works only"))
+        if let path = args.first?.objectPath, let address = address(ofDevicePath: path) {
+            note("\(address): BlueZ asked for a passkey; rejected")
+            emit(.passkeyRequested(address))
+        }
+    }
+
+    // MARK: - Signals
+
+    private func fromOwner(_ message: DBusMessage) -> Bool {
+        guard synced, let owner, message.sender == owner else {
+            stats.signalsIgnored += 1
+            return false
+        }
+        return true
+    }
+
+    private func onInterfacesAdded(_ message: DBusMessage) {
+        guard fromOwner(message) else { return }
+        guard let args = try? message.arguments(), (try? args.expect("oa{sa{sv}}")) != nil,
+              let path = args[0].objectPath, let added = args[1].interfacesAndProperties else {
+            stats.signalsIgnored += 1
+            note("InterfacesAdded of unexpected shape ignored")
+            return
+        }
+        guard path.hasPrefix("/org/bluez") else { stats.signalsIgnored += 1; return }
+        stats.signalsHandled += 1
+        let wasDevice = objects[path]?[Iface.device] != nil
+        let bondedBefore = deviceInfo(path)?.isBonded
+        var entry = objects[path] ?? [:]
+        for (iface, props) in added { entry[iface] = props }
+        objects[path] = entry
+
+        if added[Iface.adapter] != nil {
+            evaluate()
+            return
+        }
+        guard ready, let address = address(ofDevicePath: path) ?? deviceAddressForChild(path) else { return }
+        let isOurDevice = Self.parent(of: path) == adapterPath
+        if isOurDevice, added[Iface.device] != nil, let info = deviceInfo(path) {
+            if !wasDevice {
+                pendingRemovals.removeAll { $0 == address }
+                emit(.deviceFound(info))
+            } else if let before = bondedBefore, before != info.isBonded {
+                emit(.bondChanged(address, bonded: info.isBonded))
+            }
+        }
+        if isOurDevice, let pct = added[Iface.battery]?["Percentage"]?.uint8 {
+            emit(.battery(address, pct))
+        }
+    }
+
+    private func onInterfacesRemoved(_ message: DBusMessage) {
+        guard fromOwner(message) else { return }
+        guard let args = try? message.arguments(), (try? args.expect("oas")) != nil,
+              let path = args[0].objectPath, let names = args[1].stringArray else {
+            stats.signalsIgnored += 1
+            note("InterfacesRemoved of unexpected shape ignored")
+            return
+        }
+        stats.signalsHandled += 1
+        guard var entry = objects[path] else { return }
+        let address = Self.parent(of: path) == adapterPath ? self.address(ofDevicePath: path) : nil
+        for name in names { entry[name] = nil }
+        if entry.isEmpty {
+            objects[path] = nil
+        } else {
+            objects[path] = entry
+        }
+        if names.contains(Iface.device) {
+            // The device's children (GATT objects) go with it.
+            let prefix = path + "/"
+            for child in objects.keys where child.hasPrefix(prefix) { objects[child] = nil }
+            batteryLevels[path] = nil
+            if let address {
+                notifyUUIDs[address] = nil
+                if ready { holdRemoval(address) }
+            }
+        }
+        if names.contains(Iface.adapter) {
+            if path == adapterPath {
+                let prefix = path + "/"
+                for child in objects.keys where child.hasPrefix(prefix) { objects[child] = nil }
+            }
+            evaluate()
+        }
+    }
+
+    private func holdRemoval(_ address: DeviceAddress) {
+        if !pendingRemovals.contains(address) { pendingRemovals.append(address) }
+        guard removalTimer?.isPending != true else { return }
+        removalTimer = loop.schedule(after: removalGrace) { [weak self] in
+            guard let self else { return }
+            let due = self.pendingRemovals
+            self.pendingRemovals = []
+            guard self.ready else { return }
+            for a in due where self.ready { self.emit(.deviceRemoved(a)) }
+        }
+    }
+
+    private func onPropertiesChanged(_ message: DBusMessage) {
+        guard fromOwner(message) else { return }
+        guard let path = message.path, let args = try? message.arguments(), (try? args.expect("sa{sv}as")) != nil,
+              let iface = args[0].string, let changed = args[1].dictionary, let invalidated = args[2].stringArray else {
+            stats.signalsIgnored += 1
+            note("PropertiesChanged of unexpected shape ignored")
+            return
+        }
+        // Only objects we know (from the snapshot or InterfacesAdded) are tracked.
+        guard objects[path]?[iface] != nil else { return }
+        stats.signalsHandled += 1
+        switch iface {
+        case Iface.device: deviceChanged(path, changed, invalidated)
+        case Iface.adapter:
+            apply(path, iface, changed, invalidated)
+            if path == adapterPath || adapterPath == nil { evaluate() }
+        case Iface.characteristic:
+            apply(path, iface, changed, invalidated)
+            if let value = changed["Value"] { characteristicValue(path, value) }
+        case Iface.battery:
+            apply(path, iface, changed, invalidated)
+            if ready, Self.parent(of: path) == adapterPath, let pct = changed["Percentage"]?.uint8,
+               let address = address(ofDevicePath: path) {
+                emit(.battery(address, pct))
+            }
+        default:
+            apply(path, iface, changed, invalidated)
+        }
+    }
+
+    private func apply(_ path: String, _ iface: String, _ changed: Props, _ invalidated: [String]) {
+        guard objects[path]?[iface] != nil else { return }
+        for (k, v) in changed { objects[path]?[iface]?[k] = v }
+        for k in invalidated { objects[path]?[iface]?[k] = nil }
+    }
+
+    private func deviceChanged(_ path: String, _ changed: Props, _ invalidated: [String]) {
+        let isOurs = Self.parent(of: path) == adapterPath
+        let before = isOurs ? deviceInfo(path) : nil
+        apply(path, Iface.device, changed, invalidated)
+        guard isOurs, ready, let before, let after = deviceInfo(path) else { return }
+        let a = after.address
+        if changed["Connected"] != nil, before.connected != after.connected { emit(.connectedChanged(a, after.connected)) }
+        if changed["ServicesResolved"] != nil, before.servicesResolved != after.servicesResolved {
+            emit(.servicesResolvedChanged(a, after.servicesResolved))
+        }
+        if before.isBonded != after.isBonded { emit(.bondChanged(a, bonded: after.isBonded)) }
+        if discoveryActive, ["RSSI", "ManufacturerData", "ServiceData", "UUIDs", "Name", "Alias"].contains(where: { changed[$0] != nil }) {
+            emit(.deviceFound(after))
+        }
+    }
+
+    private func characteristicValue(_ path: String, _ value: DBusValue) {
+        guard ready, let devPath = Self.devicePathPrefix(of: path), Self.parent(of: devPath) == adapterPath,
+              let address = address(ofDevicePath: devPath), let wanted = notifyUUIDs[address],
+              let raw = objects[path]?[Iface.characteristic]?["UUID"]?.string,
+              let uuid = ServiceUUID.normalize(raw), wanted.contains(uuid) else { return }
+        guard let bytes = value.bytes else {
+            note("\(address): Value of \(uuid) is \(value.signature), not ay; ignored")
+            return
+        }
+        if uuid == ServiceUUID.batteryLevel, let level = bytes.first {
+            recordBattery(devPath, address, level)
+        }
+        emit(.notification(address, characteristic: uuid, value: bytes))
+    }
+
+    private func recordBattery(_ devPath: String, _ address: DeviceAddress, _ level: UInt8) {
+        batteryLevels[devPath] = level
+        emit(.battery(address, level))
+    }
+
+    private func onDisconnected(_ message: DBusMessage) {
+        guard fromOwner(message) else { return }
+        guard let path = message.path, let args = try? message.arguments(), (try? args.expect("ss")) != nil,
+              let reason = args[0].string, let text = args[1].string else {
+            stats.signalsIgnored += 1
+            note("Device1.Disconnected of unexpected shape ignored")
+            return
+        }
+        stats.signalsHandled += 1
+        guard ready, Self.parent(of: path) == adapterPath, let address = address(ofDevicePath: path) else { return }
+        emit(.disconnectReason(address, reason: reason, message: text))
+    }
+
+    // MARK: - Cache helpers
+
+    private func deviceInfo(_ path: String) -> DeviceInfo? {
+        guard let props = objects[path]?[Iface.device],
+              let address = props["Address"]?.string.flatMap(Self.parseAddress) ?? DeviceAddress(objectPath: path) else { return nil }
+        let alias = props["Alias"]?.string ?? ""
+        let uuids = props["UUIDs"]?.stringArray?.map { ServiceUUID.normalize($0) ?? $0.lowercased() } ?? []
+        return DeviceInfo(
+            path: path, address: address,
+            addressType: props["AddressType"]?.string == "random" ? .random : .public,
+            name: alias.isEmpty ? props["Name"]?.string ?? "" : alias,
+            paired: props["Paired"]?.bool ?? false,
+            bonded: props["Bonded"]?.bool,
+            trusted: props["Trusted"]?.bool ?? false,
+            connected: props["Connected"]?.bool ?? false,
+            servicesResolved: props["ServicesResolved"]?.bool ?? false,
+            uuids: uuids,
+            rssi: props["RSSI"]?.int16.map(Int.init),
+            battery: objects[path]?[Iface.battery]?["Percentage"]?.uint8 ?? batteryLevels[path])
+    }
+
+    /// The path of the device with this address under the selected adapter (matched on the
+    /// `Address` property: with private addresses the path may not follow the address).
+    private func devicePath(_ address: DeviceAddress) -> String? {
+        guard let adapterPath else { return nil }
+        let direct = adapterPath + "/" + address.pathComponent
+        if let props = objects[direct]?[Iface.device],
+           props["Address"]?.string.flatMap(Self.parseAddress) ?? address == address {
+            return direct
+        }
+        for (path, ifaces) in objects where Self.parent(of: path) == adapterPath {
+            if ifaces[Iface.device]?["Address"]?.string.flatMap(Self.parseAddress) == address { return path }
+        }
+        return nil
+    }
+
+    private func address(ofDevicePath path: String) -> DeviceAddress? {
+        if let a = objects[path]?[Iface.device]?["Address"]?.string.flatMap(Self.parseAddress) { return a }
+        return DeviceAddress(objectPath: path)
+    }
+
+    private func deviceAddressForChild(_ path: String) -> DeviceAddress? {
+        Self.devicePathPrefix(of: path).flatMap { address(ofDevicePath: $0) }
+    }
+
+    private struct Characteristic { let path: String; let uuid: String }
+
+    private func characteristics(under devPath: String) -> [Characteristic] {
+        let prefix = devPath + "/"
+        return objects.compactMap { path, ifaces in
+            guard path.hasPrefix(prefix), let raw = ifaces[Iface.characteristic]?["UUID"]?.string,
+                  let uuid = ServiceUUID.normalize(raw) else { return nil }
+            return Characteristic(path: path, uuid: uuid)
+        }.sorted { $0.path < $1.path }
+    }
+
+    static func parseAddress(_ text: String) -> DeviceAddress? { DeviceAddress(text) }
+
+    static func parent(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/"), slash != path.startIndex else { return "/" }
+        return String(path[..<slash])
+    }
+
+    /// `/org/bluez/hciN/dev_X` for any path at or below a device.
+    static func devicePathPrefix(of path: String) -> String? {
+        let parts = path.split(separator: "/", omittingEmptySubsequences: false)
+        // "", "org", "bluez", "hciN", "dev_…"
+        guard parts.count >= 5, parts[4].hasPrefix("dev_") else { return nil }
+        return parts[0..<5].joined(separator: "/")
+    }
+}
+
+enum Bus {
+    static let name = "org.bluez"
+}
+
+enum Iface {
+    static let adapter = "org.bluez.Adapter1"
+    static let device = "org.bluez.Device1"
+    static let battery = "org.bluez.Battery1"
+    static let characteristic = "org.bluez.GattCharacteristic1"
+    static let agentManager = "org.bluez.AgentManager1"
+    static let agent = "org.bluez.Agent1"
+    static let gattManager = "org.bluez.GattManager1"
+    static let gattProfile = "org.bluez.GattProfile1"
+}

@@ -1,0 +1,102 @@
+import PairingCore
+
+/// The adapter the client works on, as BlueZ describes it now.
+public struct AdapterInfo: Sendable, Hashable {
+    /// `/org/bluez/hci0`
+    public var path: String
+    /// `hci0` (the last path component)
+    public var name: String
+    /// `Adapter1.Address` (`00:AA:01:00:00:00`), "" when BlueZ did not say.
+    public var address: String
+    public var powered: Bool
+
+    public init(path: String, name: String, address: String, powered: Bool) {
+        self.path = path
+        self.name = name
+        self.address = address
+        self.powered = powered
+    }
+}
+
+/// One `Device1` under the selected adapter, from the client's cache.
+public struct DeviceInfo: Sendable, Hashable {
+    public var path: String
+    public var address: DeviceAddress
+    public var addressType: AddressType
+    /// `Alias`, else `Name`, else "".
+    public var name: String
+    public var paired: Bool
+    /// `Bonded` (BlueZ ≥ 5.65); nil when BlueZ does not export it.
+    public var bonded: Bool?
+    public var trusted: Bool
+    public var connected: Bool
+    public var servicesResolved: Bool
+    /// Advertised/resolved service UUIDs, 128-bit lower case.
+    public var uuids: [String]
+    /// Only while discovering (BlueZ drops RSSI when discovery ends).
+    public var rssi: Int?
+    /// `Battery1.Percentage`, else the last Battery Level (0x2A19) value read or notified.
+    public var battery: UInt8?
+
+    public init(path: String, address: DeviceAddress, addressType: AddressType = .public, name: String = "",
+                paired: Bool = false, bonded: Bool? = nil, trusted: Bool = false, connected: Bool = false,
+                servicesResolved: Bool = false, uuids: [String] = [], rssi: Int? = nil, battery: UInt8? = nil) {
+        self.path = path
+        self.address = address
+        self.addressType = addressType
+        self.name = name
+        self.paired = paired
+        self.bonded = bonded
+        self.trusted = trusted
+        self.connected = connected
+        self.servicesResolved = servicesResolved
+        self.uuids = uuids
+        self.rssi = rssi
+        self.battery = battery
+    }
+
+    /// What the state machine calls bonded: `Paired && (Bonded ?? true)`.
+    public var isBonded: Bool { paired && (bonded ?? true) }
+
+    /// The state machine's view of this device.
+    public var view: BlueZDeviceView {
+        BlueZDeviceView(exists: true, bonded: isBonded, connected: connected, servicesResolved: servicesResolved)
+    }
+
+    /// The pairing candidate this device makes.
+    public var candidate: Candidate {
+        Candidate(address: address, addressType: addressType, name: name, rssi: rssi, serviceUUIDs: uuids, bonded: isBonded)
+    }
+}
+
+/// What the client reports, on the loop thread, through `BlueZClient.onEvent`.
+public enum BlueZEvent: Sendable, Hashable {
+    /// The selected adapter exists, is powered, and the agent and GATT profile registrations
+    /// have been attempted (see `BlueZClient.Stats` for whether they succeeded).
+    case adapterReady(AdapterInfo)
+    /// "removed", "powered-off" or "bluetoothd-gone". Emitted once per ready period.
+    case adapterGone(reason: String)
+    /// A device under the adapter appeared, or (while our discovery runs) advertised new data.
+    case deviceFound(DeviceInfo)
+    case connectedChanged(DeviceAddress, Bool)
+    case servicesResolvedChanged(DeviceAddress, Bool)
+    /// `Paired && (Bonded ?? true)` changed.
+    case bondChanged(DeviceAddress, bonded: Bool)
+    /// The device object vanished while the adapter stayed up (held back briefly, and dropped
+    /// when the adapter goes away meanwhile: see `BlueZClient.init`'s `removalGrace`).
+    case deviceRemoved(DeviceAddress)
+    /// `Device1.Disconnected` (BlueZ ≥ 5.83), just before `Connected` turns false.
+    case disconnectReason(DeviceAddress, reason: String, message: String)
+    /// A new `Value` of a characteristic subscribed through `setUpLink`.
+    case notification(DeviceAddress, characteristic: String, value: [UInt8])
+    case battery(DeviceAddress, UInt8)
+    /// BlueZ asked our agent for a passkey or PIN (rejected: Just Works only).
+    case passkeyRequested(DeviceAddress)
+}
+
+/// Tokens for `adapterGone(reason:)`.
+public enum AdapterGoneReason {
+    public static let removed = "removed"
+    public static let poweredOff = "powered-off"
+    public static let bluetoothdGone = "bluetoothd-gone"
+}
