@@ -1,0 +1,85 @@
+#!/usr/bin/python3
+# testbed: mode=plain timeout=300
+"""BlueZ driven directly on hci0 (no paird): discover, pair, GATT, out of range and back,
+battery notification, bluetoothd restart keeps the bond."""
+from bedlib import *
+
+
+@scenario
+def main():
+    w = Wearable.start(name="Pulse-1", battery=87)
+    c = Central("hci0")
+
+    with step("register a NoInputNoOutput agent on the central"):
+        c.register_agent("NoInputNoOutput")
+
+    with step("discovery (filter: LE + 0x180D) finds the wearable"):
+        dev = c.discover(uuid=HR_SVC, name="Pulse-1", deadline=20)
+        check(dev == c.device_path(WEARABLE_ADDR), f"device path {dev}")
+
+    with step("Pair() (Just Works, bonds)"):
+        c.pair(dev)
+        check(c.prop(dev, "Paired"), "Paired=true")
+        check(c.prop(dev, "Bonded"), "Bonded=true")
+        c.set(dev, "Trusted", True)
+        c.wait_services_resolved(dev, 30)
+
+    hr = c.char(dev, HR_MEAS)
+    bat = c.char(dev, BAT_LVL)
+    with step("read Battery Level 0x2A19 and Battery1.Percentage"):
+        check(c.read(bat) == bytes([87]), "Battery Level reads 87")
+        pct = int(wait_for(lambda: c.prop(dev, "Percentage", BATTERY), 10, "Battery1 on the device"))
+        check(pct == 87, f"Battery1.Percentage == 87 (got {pct})")
+
+    with step("StartNotify heart rate; ≥3 notifications"):
+        t = now()
+        c.start_notify(hr)
+        wait_for(lambda: len(c.values(hr, since=t)) >= 3, 10, "3 heart-rate notifications")
+        log(f"heart rate values: {[v.hex() for v in c.values(hr, since=t)]}")
+
+    with step("vendor write is echoed by a notification"):
+        echo = c.char(dev, VENDOR_ECHO)
+        c.start_notify(echo)
+        t = now()
+        c.write(c.char(dev, VENDOR_WRITE), b"ping")
+        wait_for(lambda: b"ping" in c.values(echo, since=t), 10, "echo notification 'ping'")
+
+    with step("walk-away → central sees Connected=false"):
+        t = now()
+        w.cmd("walk-away")
+        wait_for(lambda: c.seen(dev, DEVICE, "Connected", False, since=t), 10, "Connected=false")
+        check(not c.prop(dev, "ServicesResolved"), "ServicesResolved=false")
+
+    bed_sleep(5, "the wearable stays out of range")
+
+    with step("come-back → Connect() → ServicesResolved"):
+        w.cmd("come-back")
+        c.connect(dev)
+        c.wait_services_resolved(dev, 30)
+
+    with step("notifications flow again without a new StartNotify"):
+        t = now()
+        wait_for(lambda: len(c.values(hr, since=t)) >= 2, 10, "2 heart-rate notifications after reconnect")
+
+    with step("battery change arrives by notification"):
+        t = now()
+        w.cmd("battery 42")
+        wait_for(lambda: c.prop(dev, "Percentage", BATTERY) == 42, 10, "Battery1.Percentage == 42")
+
+    with step("restart bluetoothd (SIGTERM + start): the bond survives"):
+        t = now()
+        bluetoothd("restart")
+        c.wait_bluez_back(30)
+        wait_for(lambda: dev in c.devices(), 10, "device object re-created")
+        check(c.prop(dev, "Paired"), "Paired=true after restart")
+        check(c.prop(dev, "Trusted"), "Trusted=true after restart")
+        check(not c.prop(dev, "Connected"), "Connected=false after restart")
+        wait_for(lambda: w.status()["advertising"], 15, "wearable advertising again (re-registered)")
+
+    with step("reconnect after the restart; read battery"):
+        c.connect(dev)
+        c.wait_services_resolved(dev, 30)
+        check(c.read(c.char(dev, BAT_LVL)) == bytes([42]), "Battery Level reads 42")
+
+
+main()
