@@ -1,0 +1,42 @@
+#!/bin/bash
+# e2e.sh [SCENARIO...] — the real-BlueZ end-to-end tier (`make e2e`).
+# Installs the bed's packages if missing, then runs every scenario in Tests/e2e (files with a
+# "# testbed: mode=… timeout=…" header) in its own VM via run-vm, or only the named ones
+# (path, file name, or name without extension).  Prints PASS/FAIL per scenario with its
+# duration and a final "N passed, N failed"; exits 1 if any failed.
+set -uo pipefail
+TB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+E2E=$(cd "$TB/../e2e" && pwd)
+
+"$TB/install-deps.sh" || { echo "e2e: install-deps.sh failed"; echo "0 passed, 1 failed"; exit 1; }
+
+scenarios=()
+if (($#)); then
+  for a in "$@"; do
+    for c in "$a" "$E2E/$a" "$E2E/$a.py" "$E2E/$a.sh"; do
+      [[ -f $c ]] && { scenarios+=("$(realpath "$c")"); continue 2; }
+    done
+    echo "e2e: no such scenario: $a" >&2; echo "0 passed, 1 failed"; exit 1
+  done
+else
+  for f in "$E2E"/*; do
+    [[ -f $f ]] && head -n 20 "$f" | grep -qE '^(#|//) *testbed:' && scenarios+=("$f")
+  done
+fi
+((${#scenarios[@]})) || { echo "e2e: no scenarios in $E2E"; echo "0 passed, 0 failed"; exit 1; }
+
+pass=0; fail=0; summary=(); t_all=$SECONDS
+for s in "${scenarios[@]}"; do
+  name=$(basename "${s%.*}")
+  printf '\n\033[1m=== %s\033[0m\n' "$name"
+  t0=$(date +%s.%N)
+  "$TB/run-vm" "$s"
+  rc=$?
+  dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
+  if ((rc == 0)); then pass=$((pass + 1)); summary+=("PASS  $name  (${dt} s)")
+  else fail=$((fail + 1)); summary+=("FAIL  $name  (${dt} s, exit $rc; logs: $(realpath -m "$TB/../../testbed-out/$name"))"); fi
+done
+printf '\n\033[1m=== e2e summary (%d s)\033[0m\n' $((SECONDS - t_all))
+printf '%s\n' "${summary[@]}"
+echo "$pass passed, $fail failed"
+((fail == 0))
