@@ -1,0 +1,736 @@
+import EventLoop
+internal import CDBus
+
+/// Flags of `RequestName` (`DBUS_NAME_FLAG_*`).
+public struct RequestNameFlags: OptionSet, Sendable, Hashable {
+    public let rawValue: UInt32
+    public init(rawValue: UInt32) { self.rawValue = rawValue }
+    public static let allowReplacement = RequestNameFlags(rawValue: 0x1)
+    public static let replaceExisting = RequestNameFlags(rawValue: 0x2)
+    public static let doNotQueue = RequestNameFlags(rawValue: 0x4)
+}
+
+/// The bus's answer to `RequestName` (`DBUS_REQUEST_NAME_REPLY_*`).
+public enum RequestNameReply: Sendable, Hashable {
+    case primaryOwner, inQueue, exists, alreadyOwner
+}
+
+/// A connection to a message bus, driven by an `EventLoop`.
+///
+/// libdbus is wired to the loop through its watch, timeout, dispatch-status and wake-up hooks:
+/// its socket becomes an `IOWatch`, its timeouts (one per pending call) become loop timers, and
+/// incoming messages are dispatched on the loop thread right after they are read. Nothing polls,
+/// so an idle connection costs no wake-ups.
+///
+/// Every callback (replies, signals, exported methods) runs on the loop thread. The connection
+/// is private (never shared with other libdbus users in the process) and is closed by `close()`
+/// or when the object goes away.
+public final class DBusConnection {
+    public let loop: EventLoop
+    /// The libdbus connection; nil once closed.
+    var raw: OpaquePointer?
+
+    // Loop integration state.
+    private var watches: [OpaquePointer: IOWatch] = [:]
+    private var timeouts: [OpaquePointer: TimeoutEntry] = [:]
+    private var dispatchScheduled = false
+    private(set) var dispatching = false
+    private var closeRequested = false
+
+    // Outstanding async calls, so that close() can cancel them (a pending call holds a reference
+    // to the libdbus connection; left alone they would keep it alive forever).
+    private var pendingCalls: [ObjectIdentifier: PendingCall] = [:]
+
+    private var subscriptions: [SignalSubscription] = []
+    private var matchRuleCounts: [String: Int] = [:]
+
+    // Exported objects (see ExportedObjects.swift).
+    var objects: [String: DBusObject] = [:]
+    var objectManagers: Set<String> = []
+
+    /// Called on the loop thread when the bus connection drops (bus exit, socket error), not when
+    /// `close()` is called. A daemon usually exits then and lets systemd restart it.
+    public var onDisconnect: (() -> Void)?
+
+    private init(raw: OpaquePointer, loop: EventLoop) {
+        self.raw = raw
+        self.loop = loop
+        // A daemon decides itself what a lost bus means; libdbus would call _exit(1).
+        dbus_connection_set_exit_on_disconnect(raw, 0)
+        install(raw)
+    }
+
+    /// A private connection to the system bus. libdbus honours `DBUS_SYSTEM_BUS_ADDRESS`, which
+    /// is how tests and `pairctl` run against a private bus.
+    public static func system(on loop: EventLoop) throws(DBusError) -> DBusConnection {
+        var error = CDBus.DBusError()
+        dbus_error_init(&error)
+        guard let raw = dbus_bus_get_private(DBUS_BUS_SYSTEM, &error) else {
+            throw takeError(&error, fallback: DBusError(name: DBusError.Name.noServer, message: "cannot connect to the system bus"))
+        }
+        return DBusConnection(raw: raw, loop: loop)
+    }
+
+    /// A private connection to the bus at `address` (e.g. a test's own dbus-daemon), registered
+    /// with it (`Hello`), so it has a unique name and can own names.
+    public convenience init(address: String, on loop: EventLoop) throws(DBusError) {
+        try Syntax.require(!address.utf8.contains(0), "address contains a NUL character")
+        var error = CDBus.DBusError()
+        dbus_error_init(&error)
+        guard let raw = dbus_connection_open_private(address, &error) else {
+            throw Self.takeError(&error, fallback: DBusError(name: DBusError.Name.noServer, message: "cannot connect to \(address)"))
+        }
+        guard dbus_bus_register(raw, &error) != 0 else {
+            let failure = Self.takeError(&error, fallback: DBusError.failed("Hello failed"))
+            dbus_connection_close(raw)
+            dbus_connection_unref(raw)
+            throw failure
+        }
+        self.init(raw: raw, loop: loop)
+    }
+
+    deinit {
+        if let raw { teardown(raw, notifyCallers: false) }
+    }
+
+    /// Converts and frees a libdbus error; the name stays exactly what the peer or libdbus said.
+    static func takeError(_ error: inout CDBus.DBusError, fallback: DBusError) -> DBusError {
+        defer { dbus_error_free(&error) }
+        guard dbus_error_is_set(&error) != 0, let name = error.name else { return fallback }
+        return DBusError(name: String(cString: name), message: error.message.map { String(cString: $0) } ?? "")
+    }
+
+    // MARK: - State
+
+    /// This connection's unique name on the bus (`:1.42`), or "" when closed.
+    public var uniqueName: String {
+        guard let raw, let name = dbus_bus_get_unique_name(raw) else { return "" }
+        return String(cString: name)
+    }
+
+    public var isConnected: Bool {
+        guard let raw else { return false }
+        return dbus_connection_get_is_connected(raw) != 0
+    }
+
+    /// Whether this connection can pass file descriptors (unix transport with fd passing).
+    public var canPassUnixFDs: Bool {
+        guard let raw else { return false }
+        return dbus_connection_can_send_type(raw, TypeCode.unixFD) != 0
+    }
+
+    /// Bytes queued for sending; lets a producer pace itself.
+    public var outgoingBytes: Int {
+        guard let raw else { return 0 }
+        return dbus_connection_get_outgoing_size(raw)
+    }
+
+    /// Closes the connection. Outstanding calls are answered with `Disconnected` (on a later loop
+    /// iteration), subscriptions and exported objects are dropped. Idempotent. Safe to call from
+    /// a handler: the close then happens as soon as the current dispatch returns.
+    public func close() {
+        guard let raw else { return }
+        if dispatching {
+            closeRequested = true
+            return
+        }
+        teardown(raw, notifyCallers: true)
+    }
+
+    private func teardown(_ conn: OpaquePointer, notifyCallers: Bool) {
+        self.raw = nil
+        let calls = Array(pendingCalls.values)
+        pendingCalls.removeAll()
+        var orphaned: [(Result<[DBusValue], DBusError>) -> Void] = []
+        for call in calls {
+            if let handler = call.abandon() { orphaned.append(handler) }
+        }
+        if notifyCallers && !orphaned.isEmpty {
+            loop.enqueue {
+                for handler in orphaned { handler(.failure(.disconnected())) }
+            }
+        }
+        for subscription in subscriptions { subscription.connection = nil }
+        subscriptions.removeAll()
+        matchRuleCounts.removeAll()
+        objects.removeAll()
+        objectManagers.removeAll()
+
+        // A private connection must be closed before its last reference goes.
+        dbus_connection_close(conn)
+        // Unhooking makes libdbus call our remove functions for what is left; after this libdbus
+        // holds no pointer to self.
+        dbus_connection_set_watch_functions(conn, nil, nil, nil, nil, nil)
+        dbus_connection_set_timeout_functions(conn, nil, nil, nil, nil, nil)
+        dbus_connection_set_dispatch_status_function(conn, nil, nil, nil)
+        dbus_connection_set_wakeup_main_function(conn, nil, nil, nil)
+        dbus_connection_remove_filter(conn, messageFilter, Unmanaged.passUnretained(self).toOpaque())
+        for watch in watches.values { watch.cancel() }
+        watches.removeAll()
+        for entry in timeouts.values { entry.timer?.cancel() }
+        timeouts.removeAll()
+        dbus_connection_unref(conn)
+    }
+
+    // MARK: - Loop integration
+
+    /// Installs the hooks. The context is `self`, unretained: `teardown` unhooks everything before
+    /// `self` can go away, so libdbus never calls back into a freed object.
+    private func install(_ conn: OpaquePointer) {
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        dbus_connection_set_watch_functions(conn, { watch, data in
+            guard let watch, let data else { return 0 }
+            DBusConnection.from(data).addWatch(watch)
+            return 1
+        }, { watch, data in
+            guard let watch, let data else { return }
+            DBusConnection.from(data).removeWatch(watch)
+        }, { watch, data in
+            guard let watch, let data else { return }
+            DBusConnection.from(data).updateWatch(watch)
+        }, context, nil)
+        dbus_connection_set_timeout_functions(conn, { timeout, data in
+            guard let timeout, let data else { return 0 }
+            DBusConnection.from(data).addTimeout(timeout)
+            return 1
+        }, { timeout, data in
+            guard let timeout, let data else { return }
+            DBusConnection.from(data).removeTimeout(timeout)
+        }, { timeout, data in
+            guard let timeout, let data else { return }
+            DBusConnection.from(data).updateTimeout(timeout)
+        }, context, nil)
+        // libdbus forbids dispatching from inside these two hooks, so they only schedule it.
+        dbus_connection_set_dispatch_status_function(conn, { _, status, data in
+            guard let data, status == DBUS_DISPATCH_DATA_REMAINS else { return }
+            DBusConnection.from(data).scheduleDispatch()
+        }, context, nil)
+        dbus_connection_set_wakeup_main_function(conn, { data in
+            guard let data else { return }
+            DBusConnection.from(data).scheduleDispatch()
+        }, context, nil)
+        dbus_connection_add_filter(conn, messageFilter, context, nil)
+        // Messages may already be queued (e.g. NameAcquired right after Hello).
+        scheduleDispatch()
+    }
+
+    static func from(_ context: UnsafeMutableRawPointer) -> DBusConnection {
+        Unmanaged<DBusConnection>.fromOpaque(context).takeUnretainedValue()
+    }
+
+    private static func ioEvents(of watch: OpaquePointer) -> IOEvents {
+        guard dbus_watch_get_enabled(watch) != 0 else { return [] }
+        let flags = dbus_watch_get_flags(watch)
+        var events = IOEvents()
+        if flags & DBUS_WATCH_READABLE.rawValue != 0 { events.insert(.read) }
+        if flags & DBUS_WATCH_WRITABLE.rawValue != 0 { events.insert(.write) }
+        return events
+    }
+
+    private func addWatch(_ watch: OpaquePointer) {
+        watches[watch]?.cancel()
+        let fd = dbus_watch_get_unix_fd(watch)
+        watches[watch] = loop.watch(fd: fd, events: Self.ioEvents(of: watch)) { [weak self] ready in
+            self?.handleWatch(watch, ready)
+        }
+    }
+
+    private func updateWatch(_ watch: OpaquePointer) {
+        watches[watch]?.update(events: Self.ioEvents(of: watch))
+    }
+
+    private func removeWatch(_ watch: OpaquePointer) {
+        watches.removeValue(forKey: watch)?.cancel()
+    }
+
+    private func handleWatch(_ watch: OpaquePointer, _ ready: IOEvents) {
+        guard raw != nil, watches[watch] != nil else { return }
+        var flags: UInt32 = 0
+        if ready.contains(.read) { flags |= DBUS_WATCH_READABLE.rawValue }
+        if ready.contains(.write) { flags |= DBUS_WATCH_WRITABLE.rawValue }
+        if ready.contains(.hangup) { flags |= DBUS_WATCH_HANGUP.rawValue }
+        if ready.contains(.error) { flags |= DBUS_WATCH_ERROR.rawValue }
+        dbus_watch_handle(watch, flags)
+        dispatchNow()
+    }
+
+    private func addTimeout(_ timeout: OpaquePointer) {
+        timeouts[timeout]?.timer?.cancel()
+        let entry = TimeoutEntry()
+        timeouts[timeout] = entry
+        arm(timeout, entry)
+    }
+
+    private func updateTimeout(_ timeout: OpaquePointer) {
+        guard let entry = timeouts[timeout] else { return }
+        entry.timer?.cancel()
+        entry.timer = nil
+        arm(timeout, entry)
+    }
+
+    private func removeTimeout(_ timeout: OpaquePointer) {
+        timeouts.removeValue(forKey: timeout)?.timer?.cancel()
+    }
+
+    private func arm(_ timeout: OpaquePointer, _ entry: TimeoutEntry) {
+        guard dbus_timeout_get_enabled(timeout) != 0 else { return }
+        let interval = Duration.milliseconds(Int64(dbus_timeout_get_interval(timeout)))
+        entry.timer = loop.schedule(after: interval) { [weak self, weak entry] in
+            guard let self, let entry else { return }
+            self.fireTimeout(timeout, entry)
+        }
+    }
+
+    private func fireTimeout(_ timeout: OpaquePointer, _ entry: TimeoutEntry) {
+        // The identity check guards against a timeout freed and another allocated at its address.
+        guard raw != nil, timeouts[timeout] === entry else { return }
+        entry.timer = nil
+        dbus_timeout_handle(timeout)
+        // libdbus timeouts repeat until removed or disabled.
+        if timeouts[timeout] === entry, entry.timer == nil {
+            arm(timeout, entry)
+        }
+        dispatchNow()
+    }
+
+    private func scheduleDispatch() {
+        guard !dispatchScheduled else { return }
+        dispatchScheduled = true
+        loop.enqueue { [weak self] in
+            guard let self else { return }
+            self.dispatchScheduled = false
+            self.dispatchNow()
+        }
+    }
+
+    /// Dispatches queued incoming messages. Bounded per call so that a message storm on one
+    /// connection cannot starve the rest of the loop; the remainder goes to the next iteration.
+    private func dispatchNow() {
+        guard !dispatching, let conn = raw else { return }
+        dispatching = true
+        var budget = 256
+        while budget > 0, dbus_connection_get_dispatch_status(conn) == DBUS_DISPATCH_DATA_REMAINS {
+            dbus_connection_dispatch(conn)
+            budget -= 1
+            if closeRequested { break }
+        }
+        dispatching = false
+        if closeRequested {
+            closeRequested = false
+            close()
+            return
+        }
+        if budget == 0 { scheduleDispatch() }
+    }
+
+    // MARK: - Incoming messages
+
+    /// Every incoming message not consumed by libdbus itself (replies to pending calls are) comes
+    /// here: signals go to subscriptions, method calls to exported objects.
+    fileprivate func handle(_ raw: OpaquePointer) -> Bool {
+        switch dbus_message_get_type(raw) {
+        case 4: // signal
+            deliverSignal(raw)
+            return false
+        case 1: // method call
+            return routeMethodCall(DBusMessage(retaining: raw))
+        default:
+            return false
+        }
+    }
+
+    private func deliverSignal(_ raw: OpaquePointer) {
+        let header = SignalHeader(raw)
+        if header.interface == "org.freedesktop.DBus.Local" && header.member == "Disconnected" {
+            onDisconnect?()
+            return
+        }
+        guard !subscriptions.isEmpty else { return }
+        var message: DBusMessage?
+        for subscription in subscriptions where subscription.isActive && subscription.rule.matches(header) {
+            if message == nil { message = DBusMessage(retaining: raw) }
+            if let message { subscription.handler?(message) }
+            if self.raw == nil { return }
+        }
+    }
+
+    // MARK: - Sending
+
+    /// Sends a message without waiting for anything (signals, replies, no-reply calls).
+    public func send(_ message: DBusMessage) throws(DBusError) {
+        guard let raw, dbus_connection_get_is_connected(raw) != 0 else { throw .disconnected() }
+        try checkFDs(message, raw)
+        guard dbus_connection_send(raw, message.raw, nil) != 0 else { throw DBusError.noMemory }
+    }
+
+    private func checkFDs(_ message: DBusMessage, _ raw: OpaquePointer) throws(DBusError) {
+        if dbus_message_contains_unix_fds(message.raw) != 0 && dbus_connection_can_send_type(raw, TypeCode.unixFD) == 0 {
+            throw DBusError(name: DBusError.Name.notSupported, message: "this connection cannot pass file descriptors")
+        }
+    }
+
+    /// libdbus takes milliseconds; `DBUS_TIMEOUT_INFINITE` is `INT32_MAX`.
+    static func milliseconds(_ timeout: Duration) -> Int32 {
+        let (seconds, attoseconds) = timeout.components
+        if seconds < 0 || (seconds == 0 && attoseconds <= 0) { return 1 }
+        if seconds >= Int64(Int32.max / 1000) { return Int32.max }
+        let ms = seconds * 1000 + (attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000
+        return Int32(clamping: max(1, ms))
+    }
+
+    /// Calls a method asynchronously.
+    ///
+    /// `reply` is called exactly once on the loop thread, never before `call` returns: with the
+    /// reply's arguments, or with the error (a remote error's name and message verbatim;
+    /// `NoReply` when `timeout` passes first; `Disconnected`; `InvalidArgs` for arguments that
+    /// cannot be sent). It is not called after `PendingCall.cancel()`.
+    /// Pass an explicit `timeout`: libdbus's default of 25 s is shorter than BlueZ's Connect.
+    @discardableResult
+    public func call(destination: String?, path: String, interface: String?, method: String,
+                     args: [DBusValue] = [], timeout: Duration,
+                     reply: @escaping (Result<[DBusValue], DBusError>) -> Void) -> PendingCall {
+        let call = PendingCall(handler: reply)
+        do throws(DBusError) {
+            let message = try DBusMessage.methodCall(destination: destination, path: path, interface: interface, method: method)
+            try message.append(args)
+            try start(call, message, timeout: timeout)
+        } catch {
+            pendingCalls[ObjectIdentifier(call)] = nil
+            let handler = call.abandon()
+            loop.enqueue { handler?(.failure(error)) }
+        }
+        return call
+    }
+
+    private func start(_ call: PendingCall, _ message: DBusMessage, timeout: Duration) throws(DBusError) {
+        guard let raw, dbus_connection_get_is_connected(raw) != 0 else { throw .disconnected() }
+        try checkFDs(message, raw)
+        var pending: OpaquePointer?
+        guard dbus_connection_send_with_reply(raw, message.raw, &pending, Self.milliseconds(timeout)) != 0 else {
+            throw DBusError.noMemory
+        }
+        guard let pending else { throw .disconnected() }
+        call.raw = pending
+        call.connection = self
+        // libdbus keeps one retain of the PendingCall as its user data, released by the free
+        // function when the C pending call goes away.
+        let context = Unmanaged.passRetained(call).toOpaque()
+        guard dbus_pending_call_set_notify(pending, { pending, data in
+            guard let data else { return }
+            Unmanaged<PendingCall>.fromOpaque(data).takeUnretainedValue().replyArrived()
+        }, context, { data in
+            guard let data else { return }
+            Unmanaged<PendingCall>.fromOpaque(data).release()
+        }) != 0 else {
+            Unmanaged<PendingCall>.fromOpaque(context).release()
+            throw DBusError.noMemory
+        }
+        pendingCalls[ObjectIdentifier(call)] = call
+        // set_notify does not call back for a call that completed before it was set.
+        if dbus_pending_call_get_completed(pending) != 0 {
+            loop.enqueue { [call] in call.replyArrived() }
+        }
+    }
+
+    fileprivate func forget(_ call: PendingCall) {
+        pendingCalls[ObjectIdentifier(call)] = nil
+    }
+
+    /// Calls a method and blocks the calling thread (and so the loop) until the reply or the
+    /// timeout. For startup and for `pairctl`, never from the running daemon's handlers.
+    /// Messages arriving meanwhile are queued and dispatched on the next loop iteration.
+    public func callSync(destination: String?, path: String, interface: String?, method: String,
+                         args: [DBusValue] = [], timeout: Duration) throws(DBusError) -> [DBusValue] {
+        let message = try DBusMessage.methodCall(destination: destination, path: path, interface: interface, method: method)
+        try message.append(args)
+        guard let raw, dbus_connection_get_is_connected(raw) != 0 else { throw .disconnected() }
+        try checkFDs(message, raw)
+        var error = CDBus.DBusError()
+        dbus_error_init(&error)
+        guard let reply = dbus_connection_send_with_reply_and_block(raw, message.raw, Self.milliseconds(timeout), &error) else {
+            throw Self.takeError(&error, fallback: DBusError(name: DBusError.Name.noReply, message: "no reply"))
+        }
+        let replyMessage = DBusMessage(owning: reply)
+        if let failure = replyMessage.error { throw failure }
+        return try replyMessage.arguments()
+    }
+
+    // MARK: - Bus methods
+
+    /// Asks the bus for a well-known name (synchronously: a startup step).
+    public func requestName(_ name: String, flags: RequestNameFlags = [.doNotQueue]) throws(DBusError) -> RequestNameReply {
+        try Syntax.require(Syntax.isValidBusName(name) && !name.hasPrefix(":"), "invalid well-known name '\(name)'")
+        let reply = try callSync(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                                 interface: "org.freedesktop.DBus", method: "RequestName",
+                                 args: [.string(name), .uint32(flags.rawValue)], timeout: .seconds(25))
+        switch try reply.expect("u")[0].uint32 {
+        case 1: return .primaryOwner
+        case 2: return .inQueue
+        case 3: return .exists
+        case 4: return .alreadyOwner
+        case let other: throw DBusError.failed("RequestName returned unknown code \(other.map(String.init) ?? "?")")
+        }
+    }
+
+    /// Gives a well-known name back (asynchronously, errors ignored).
+    public func releaseName(_ name: String) {
+        call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+             method: "ReleaseName", args: [.string(name)], timeout: .seconds(25)) { _ in }
+    }
+
+    /// Adds a match rule on the bus, asynchronously. `completion` (optional) learns whether the
+    /// bus accepted it; signals matching it may arrive any time after that.
+    public func addMatch(_ rule: String, completion: ((DBusError?) -> Void)? = nil) {
+        call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+             method: "AddMatch", args: [.string(rule)], timeout: .seconds(25)) { result in
+            switch result {
+            case .success: completion?(nil)
+            case .failure(let error): completion?(error)
+            }
+        }
+    }
+
+    /// Removes a match rule added with `addMatch` (asynchronously, errors ignored).
+    public func removeMatch(_ rule: String) {
+        call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+             method: "RemoveMatch", args: [.string(rule)], timeout: .seconds(25)) { _ in }
+    }
+
+    // MARK: - Signals
+
+    /// Calls `handler` for every incoming signal matching `rule`, and adds the rule on the bus
+    /// (reference-counted: equal rules are added once and removed with their last subscription).
+    /// `ready` (optional) is called once the bus has the rule.
+    ///
+    /// A well-known `sender` (e.g. `org.bluez`) is matched by the bus only: messages carry the
+    /// unique name, so locally only unique senders (`:1.7`) are compared.
+    @discardableResult
+    public func subscribe(_ rule: MatchRule, ready: ((DBusError?) -> Void)? = nil,
+                          _ handler: @escaping (DBusMessage) -> Void) -> SignalSubscription {
+        let subscription = SignalSubscription(rule: rule, connection: self, handler: handler)
+        guard raw != nil else {
+            subscription.connection = nil
+            loop.enqueue { ready?(.disconnected()) }
+            return subscription
+        }
+        subscriptions.append(subscription)
+        let text = rule.text
+        let count = matchRuleCounts[text, default: 0]
+        matchRuleCounts[text] = count + 1
+        if count == 0 {
+            addMatch(text, completion: ready)
+        } else if let ready {
+            // Already on the bus, or about to be: a round trip after the first AddMatch proves it.
+            call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                 method: "GetId", timeout: .seconds(25)) { result in
+                switch result {
+                case .success: ready(nil)
+                case .failure(let error): ready(error)
+                }
+            }
+        }
+        return subscription
+    }
+
+    /// `subscribe` with the usual fields. Nil fields match anything.
+    @discardableResult
+    public func onSignal(interface: String?, member: String?, path: String? = nil, sender: String? = nil,
+                         ready: ((DBusError?) -> Void)? = nil,
+                         _ handler: @escaping (DBusMessage) -> Void) -> SignalSubscription {
+        subscribe(MatchRule(sender: sender, interface: interface, member: member, path: path), ready: ready, handler)
+    }
+
+    fileprivate func unsubscribe(_ subscription: SignalSubscription) {
+        subscriptions.removeAll { $0 === subscription }
+        let text = subscription.rule.text
+        guard let count = matchRuleCounts[text] else { return }
+        if count <= 1 {
+            matchRuleCounts[text] = nil
+            removeMatch(text)
+        } else {
+            matchRuleCounts[text] = count - 1
+        }
+    }
+
+    /// Emits a signal.
+    public func emitSignal(path: String, interface: String, member: String, args: [DBusValue] = [],
+                           destination: String? = nil) throws(DBusError) {
+        let message = try DBusMessage.signal(path: path, interface: interface, member: member)
+        if let destination {
+            try Syntax.require(Syntax.isValidBusName(destination), "invalid bus name '\(destination)'")
+            guard dbus_message_set_destination(message.raw, destination) != 0 else { throw DBusError.noMemory }
+        }
+        try message.append(args)
+        try send(message)
+    }
+}
+
+/// A libdbus timeout's loop timer. A class so a fired timer can tell whether the timeout it was
+/// armed for is still the one registered at that address.
+private final class TimeoutEntry {
+    var timer: TimerHandle?
+}
+
+/// The filter every incoming message passes through. One stored function pointer, because
+/// `dbus_connection_remove_filter` needs the same pointer that was added.
+private let messageFilter: DBusHandleMessageFunction = { _, message, data in
+    guard let message, let data else { return DBUS_HANDLER_RESULT_NOT_YET_HANDLED }
+    return DBusConnection.from(data).handle(message) ? DBUS_HANDLER_RESULT_HANDLED : DBUS_HANDLER_RESULT_NOT_YET_HANDLED
+}
+
+/// An asynchronous method call in flight. Loop thread only.
+public final class PendingCall {
+    /// The libdbus pending call; this object owns one reference until the call ends.
+    fileprivate var raw: OpaquePointer?
+    fileprivate weak var connection: DBusConnection?
+    private var handler: ((Result<[DBusValue], DBusError>) -> Void)?
+
+    fileprivate init(handler: @escaping (Result<[DBusValue], DBusError>) -> Void) {
+        self.handler = handler
+    }
+
+    /// True until the reply was delivered or the call cancelled.
+    public var isPending: Bool { handler != nil }
+
+    /// Forgets the call: the reply handler will not be called. Idempotent.
+    public func cancel() {
+        connection?.forget(self)
+        _ = abandon()
+    }
+
+    /// Cancels in libdbus, drops our reference and hands back the handler (if not yet called).
+    fileprivate func abandon() -> ((Result<[DBusValue], DBusError>) -> Void)? {
+        let h = handler
+        handler = nil
+        if let raw {
+            self.raw = nil
+            dbus_pending_call_cancel(raw)
+            dbus_pending_call_unref(raw)   // may release self's libdbus retain; the caller holds self
+        }
+        return h
+    }
+
+    fileprivate func replyArrived() {
+        guard let raw, let handler else { return }
+        let result: Result<[DBusValue], DBusError>
+        if let reply = dbus_pending_call_steal_reply(raw) {
+            let message = DBusMessage(owning: reply)
+            if let error = message.error {
+                result = .failure(error)
+            } else {
+                do throws(DBusError) { result = .success(try message.arguments()) } catch { result = .failure(error) }
+            }
+        } else {
+            result = .failure(DBusError(name: DBusError.Name.noReply, message: "no reply"))
+        }
+        self.handler = nil
+        self.raw = nil
+        connection?.forget(self)
+        // libdbus holds its own reference while notifying, so dropping ours here is safe.
+        dbus_pending_call_unref(raw)
+        handler(result)
+    }
+}
+
+/// What a signal subscription matches, rendered as a bus match rule (`type='signal',...`).
+public struct MatchRule: Hashable, Sendable {
+    public var sender: String?
+    public var interface: String?
+    public var member: String?
+    public var path: String?
+    /// Matches `pathNamespace` itself and every path below it.
+    public var pathNamespace: String?
+    /// Matches signals whose first argument is this string (e.g. a name in NameOwnerChanged).
+    public var arg0: String?
+
+    public init(sender: String? = nil, interface: String? = nil, member: String? = nil,
+                path: String? = nil, pathNamespace: String? = nil, arg0: String? = nil) {
+        self.sender = sender
+        self.interface = interface
+        self.member = member
+        self.path = path
+        self.pathNamespace = pathNamespace
+        self.arg0 = arg0
+    }
+
+    /// The rule as the bus's AddMatch takes it.
+    public var text: String {
+        var parts = ["type='signal'"]
+        func add(_ key: String, _ value: String?) {
+            guard let value else { return }
+            // Inside quotes only the apostrophe needs care: close, escaped apostrophe, reopen.
+            parts.append("\(key)='" + value.split(separator: "'", omittingEmptySubsequences: false).joined(separator: "'\\''") + "'")
+        }
+        add("sender", sender)
+        add("interface", interface)
+        add("member", member)
+        add("path", path)
+        add("path_namespace", pathNamespace)
+        add("arg0", arg0)
+        return parts.joined(separator: ",")
+    }
+
+    fileprivate func matches(_ header: SignalHeader) -> Bool {
+        if let interface, interface != header.interface { return false }
+        if let member, member != header.member { return false }
+        if let path, path != header.path { return false }
+        if let ns = pathNamespace, let p = header.path {
+            if !(ns == "/" || p == ns || p.hasPrefix(ns + "/")) { return false }
+        } else if pathNamespace != nil {
+            return false
+        }
+        if let sender, sender.hasPrefix(":"), sender != header.sender { return false }
+        if let arg0 {
+            guard let first = header.firstStringArgument(), first == arg0 else { return false }
+        }
+        return true
+    }
+}
+
+/// Header fields of a signal, read once per message for all subscriptions.
+private struct SignalHeader {
+    let raw: OpaquePointer
+    let interface: String?
+    let member: String?
+    let path: String?
+    let sender: String?
+
+    init(_ raw: OpaquePointer) {
+        self.raw = raw
+        interface = dbus_message_get_interface(raw).map { String(cString: $0) }
+        member = dbus_message_get_member(raw).map { String(cString: $0) }
+        path = dbus_message_get_path(raw).map { String(cString: $0) }
+        sender = dbus_message_get_sender(raw).map { String(cString: $0) }
+    }
+
+    func firstStringArgument() -> String? {
+        var iter = DBusMessageIter()
+        guard dbus_message_iter_init(raw, &iter) != 0, dbus_message_iter_get_arg_type(&iter) == TypeCode.string else { return nil }
+        var p: UnsafePointer<CChar>?
+        dbus_message_iter_get_basic(&iter, &p)
+        return p.map { String(cString: $0) }
+    }
+}
+
+/// A signal subscription; `cancel()` stops delivery and drops the match rule when it was the
+/// last one using it. Loop thread only.
+public final class SignalSubscription {
+    public let rule: MatchRule
+    fileprivate weak var connection: DBusConnection?
+    fileprivate var handler: ((DBusMessage) -> Void)?
+
+    fileprivate init(rule: MatchRule, connection: DBusConnection, handler: @escaping (DBusMessage) -> Void) {
+        self.rule = rule
+        self.connection = connection
+        self.handler = handler
+    }
+
+    public var isActive: Bool { handler != nil }
+
+    public func cancel() {
+        guard handler != nil else { return }
+        handler = nil
+        connection?.unsubscribe(self)
+        connection = nil
+    }
+}
