@@ -131,6 +131,23 @@ public final class EventLoop {
         }
     }
 
+    /// Timers waiting to fire (for tests: cancellation must leave nothing behind).
+    var pendingTimerCount: Int { timers.count }
+
+    /// Cancels every watch and timer, forgets signal handlers and queued work. Callbacks often
+    /// capture the loop (`loop.onSignal(SIGTERM) { loop.stop() }`), which is a reference cycle;
+    /// call this after the last `run()` so that everything the callbacks hold is released
+    /// (a daemon exiting cleanly, tests, leak checks). Signals stay blocked.
+    public func shutdown() {
+        for entry in Array(fdEntries.values) {
+            for watch in entry.watches { watch.cancel() }
+        }
+        fdEntries.removeAll()
+        while let t = timers.first { t.cancel() }
+        signalHandlers.removeAll()
+        queued.removeAll()
+    }
+
     /// Asks `run()` to return after the current iteration.
     public func stop() {
         stopRequested = true

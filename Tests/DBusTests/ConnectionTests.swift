@@ -313,6 +313,7 @@ final class ServerThread: @unchecked Sendable {
             ready.signal()
             try loop.run()
             connection.close()
+            loop.shutdown()
         } catch {
             startError = error
             ready.signal()

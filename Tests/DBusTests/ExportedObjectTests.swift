@@ -126,6 +126,51 @@ import EventLoop
         #expect(after.first?.managedObjects?.keys.sorted() == ["/org/paird/dev_B"])
     }
 
+    @Test func clientHelpersDecodeTheStandardInterfaces() throws {
+        let f = try Fixture()
+        let volume = UnsafeMutablePointer<UInt16>.allocate(capacity: 1)
+        defer { volume.deallocate() }
+        volume.pointee = 1
+        try f.server.exportObjectManager(at: "/org/paird")
+        try exportSpeaker(f, volume: volume)
+        var events: [ObjectManagerEvent] = []
+        var changes: [PropertiesChanged] = []
+        try f.subscribe(f.client, MatchRule(interface: "org.freedesktop.DBus.ObjectManager")) { msg in
+            if let e = try? ObjectManagerEvent(msg) { events.append(e) }
+        }
+        try f.subscribe(f.client, MatchRule(interface: properties, member: "PropertiesChanged")) { msg in
+            if let c = try? PropertiesChanged(msg) { changes.append(c) }
+        }
+
+        let objects = try waitFor(f.loop, "GetManagedObjects") { done in
+            f.client.getManagedObjects(destination: f.serverName, path: "/org/paird", timeout: .seconds(5), reply: done)
+        }.get()
+        #expect(objects["/org/paird/speaker"]?["org.paird.Speaker1"]?["Volume"] == .uint16(1))
+
+        let name = try waitFor(f.loop, "Get") { done in
+            f.client.getProperty(destination: f.serverName, path: "/org/paird/speaker", interface: "org.paird.Speaker1",
+                                 name: "Name", timeout: .seconds(5), reply: done)
+        }.get()
+        #expect(name == "kitchen")
+
+        try waitFor(f.loop, "Set") { done in
+            f.client.setProperty(destination: f.serverName, path: "/org/paird/speaker", interface: "org.paird.Speaker1",
+                                 name: "Volume", value: .uint16(42), timeout: .seconds(5), reply: done)
+        }.get()
+        try runUntil(f.loop, "PropertiesChanged") { !changes.isEmpty }
+        #expect(changes.count == 1)
+        #expect(changes.first?.path == "/org/paird/speaker")
+        #expect(changes.first?.interface == "org.paird.Speaker1")
+        #expect(changes.first?.changed == ["Volume": .uint16(42)])
+        #expect(changes.first?.invalidated == [])
+
+        try f.server.export(path: "/org/paird/other", object: DBusObject([DBusInterface("org.paird.Other1")]))
+        f.server.unexport(path: "/org/paird/other")
+        try runUntil(f.loop, "both ObjectManager signals") { events.count == 2 }
+        #expect(events == [.interfacesAdded(path: "/org/paird/other", interfaces: ["org.paird.Other1": [:]]),
+                           .interfacesRemoved(path: "/org/paird/other", interfaces: ["org.paird.Other1"])])
+    }
+
     @Test func exportRefusesBadDeclarationsAndDuplicates() throws {
         let f = try Fixture()
         #expect(throws: DBusError.self) { try f.server.export(path: "bad", object: DBusObject()) }
@@ -142,3 +187,4 @@ import EventLoop
         #expect(throws: DBusError.self) { try f.server.export(path: "/a", object: DBusObject()) }
     }
 }
+

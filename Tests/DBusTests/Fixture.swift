@@ -22,6 +22,7 @@ final class Fixture {
     deinit {
         client.close()
         server.close()
+        loop.shutdown()
     }
 
     var serverName: String { server.uniqueName }

@@ -46,7 +46,11 @@ import Glibc
         #expect(lastCounter == 110_000)
         let growth = afterStorm - afterWarmup
         print("signal storm: RSS \(afterWarmup / 1024) KiB after 10k warm-up, \(afterStorm / 1024) KiB after 100k more (growth \(growth / 1024) KiB)")
-        #expect(growth < 20 * 1024 * 1024, "RSS grew by \(growth / 1024) KiB over 100k signals")
+        // Under AddressSanitizer (leakcheck.sh) freed memory sits in quarantine, so RSS says
+        // nothing there; LeakSanitizer does the checking instead.
+        if getenv("PAIRD_SANITIZER_RUN") == nil {
+            #expect(growth < 20 * 1024 * 1024, "RSS grew by \(growth / 1024) KiB over 100k signals")
+        }
     }
 }
 
