@@ -102,10 +102,13 @@ public struct DaemonConfig: Sendable, Equatable {
 
     /// Reads `path`; a missing file means all defaults (a missing *explicit* --config is an error, decided by the caller).
     public static func load(path: String) throws -> (DaemonConfig, [String]) {
-        guard FileManager.default.fileExists(atPath: path) else { return (DaemonConfig(), []) }
-        let text: String
-        do { text = try String(contentsOfFile: path, encoding: .utf8) } catch {
-            throw Error(file: path, line: 0, reason: "cannot read: \(error.localizedDescription)")
+        let bytes: [UInt8]?
+        do { bytes = try readFile(path, limit: 1 << 20) } catch {
+            throw Error(file: path, line: 0, reason: "cannot read: \(error)")
+        }
+        guard let bytes else { return (DaemonConfig(), []) }
+        guard let text = String(validating: bytes, as: UTF8.self) else {
+            throw Error(file: path, line: 0, reason: "not UTF-8 text")
         }
         return try parse(text, file: path)
     }

@@ -178,8 +178,24 @@ public final class Daemon {
         }
     }
 
-    /// Feeds one event to the machine and performs what it asks, in order.
+    /// Events that arrived while an earlier one's actions were being performed.
+    var queued: [Event] = []
+    var feeding = false
+
+    /// Feeds one event to the machine and performs what it asks, in order. An event raised while
+    /// performing those actions (e.g. a device BlueZ already lists when discovery starts) waits
+    /// until the current batch is done, so the machine never sees events out of order.
     func feed(_ event: Event) {
+        queued.append(event)
+        guard !feeding else { return }
+        feeding = true
+        defer { feeding = false }
+        while !queued.isEmpty {
+            process(queued.removeFirst())
+        }
+    }
+
+    private func process(_ event: Event) {
         let now = Daemon.now()
         actions.removeAll(keepingCapacity: true)
         machine.handle(event, now: now, into: &actions)

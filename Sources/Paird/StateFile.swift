@@ -24,21 +24,8 @@ public struct StateFile: Sendable {
     /// Reads the file; anything unusable (corrupt, truncated, oversized, future version) is moved
     /// aside, never deleted, so a person can look at it.
     public func load(now: Date = Date()) throws -> LoadResult {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        if fd < 0 {
-            if errno == ENOENT { return .missing }
-            throw SystemError("open \(path)", errno)
-        }
-        var bytes = [UInt8]()
-        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
-        while true {
-            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if n < 0 { if errno == EINTR { continue }; let e = errno; close(fd); throw SystemError("read \(path)", e) }
-            if n == 0 { break }
-            bytes += chunk[0..<n]
-            if bytes.count > PersistedState.maximumSize { break } // enough to know it is too large
-        }
-        close(fd)
+        // Reading one byte past the limit is enough to know a file is too large.
+        guard let bytes = try readFile(path, limit: PersistedState.maximumSize + 1) else { return .missing }
         do {
             return .loaded(try PersistedState.decode(Data(bytes)))
         } catch {
@@ -75,6 +62,25 @@ public struct StateFile: Sendable {
         let dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         if dfd >= 0 { fsync(dfd); close(dfd) }
     }
+}
+
+/// Reads at most `limit` bytes of `path`; nil if it does not exist.
+func readFile(_ path: String, limit: Int) throws -> [UInt8]? {
+    let fd = open(path, O_RDONLY | O_CLOEXEC)
+    if fd < 0 {
+        if errno == ENOENT { return nil }
+        throw SystemError("open \(path)", errno)
+    }
+    defer { close(fd) }
+    var bytes = [UInt8]()
+    var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+    while bytes.count < limit {
+        let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, min($0.count, limit - bytes.count)) }
+        if n < 0 { if errno == EINTR { continue }; throw SystemError("read \(path)", errno) }
+        if n == 0 { break }
+        bytes += chunk[0..<n]
+    }
+    return bytes
 }
 
 /// An errno with what was being done, for logs and pairctl.

@@ -65,4 +65,12 @@ struct PairdCommand: ParsableCommand {
     }
 }
 
+// Block the signals the event loop handles before any thread exists, so every thread inherits
+// the mask and SIGTERM always reaches the loop's signalfd (and STOPPING=1 is sent), never the
+// default action on some other thread.
+var blocked = sigset_t()
+sigemptyset(&blocked)
+for s in [SIGTERM, SIGINT, SIGHUP] { sigaddset(&blocked, s) }
+pthread_sigmask(SIG_BLOCK, &blocked, nil)
+
 PairdCommand.main()

@@ -1,0 +1,83 @@
+import Foundation
+import Testing
+@testable import Paird
+import PairingCore
+
+@Suite("paird.conf")
+struct ConfigTests {
+    @Test("the shipped file is all comments: parsing it gives the defaults, no warnings")
+    func shippedFileIsDefaults() throws {
+        let url = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../etc/paird/paird.conf")
+        let text = try String(contentsOf: url, encoding: .utf8)
+        let (config, warnings) = try DaemonConfig.parse(text, file: "paird.conf")
+        var expected = DaemonConfig()
+        expected.machine.adapter = "hci0"
+        #expect(config == expected)
+        #expect(warnings.isEmpty)
+    }
+
+    @Test("every key is read")
+    func everyKey() throws {
+        let (c, warnings) = try DaemonConfig.parse("""
+            [General]
+            Adapter = 00:AA:01:00:00:00
+            [Pairing]
+            ScanTimeout = 20
+            PairTimeout=40
+            [Connection]
+            ConnectTimeout = 50
+            DiscoveryTimeout = 25
+            BackoffInitial = 0.5
+            BackoffMax = 30
+            FallbackInterval = 120
+            AbsentAfter = 15
+            FastAttempts = 3
+            [Notifications]
+            Subscribe = 2a37, 0x2A19
+            Battery = no
+            """, file: "t.conf")
+        #expect(warnings.isEmpty)
+        #expect(c.adapter == "00:AA:01:00:00:00")
+        #expect(c.machine.scanTimeout == .seconds(20))
+        #expect(c.machine.pairTimeout == .seconds(40))
+        #expect(c.machine.connectTimeout == .seconds(50))
+        #expect(c.machine.discoveryTimeout == .seconds(25))
+        #expect(c.machine.backoff.initial == .milliseconds(500))
+        #expect(c.machine.backoff.maximum == .seconds(30))
+        #expect(c.machine.fallbackInterval == .seconds(120))
+        #expect(c.machine.absentAfter == .seconds(15))
+        #expect(c.machine.fastAttempts == 3)
+        #expect(c.subscribe == [ServiceUUID.heartRateMeasurement, ServiceUUID.batteryLevel])
+        #expect(c.battery == false)
+    }
+
+    @Test("unknown keys and sections are warned about, with file and line")
+    func unknownKeys() throws {
+        let (_, warnings) = try DaemonConfig.parse("[General]\nAdaptor = hci0\n[Mystery]\nX = 1\n", file: "t.conf")
+        #expect(warnings == ["t.conf:2: unknown key Adaptor in [General], ignored",
+                             "t.conf:3: unknown section [Mystery]",
+                             "t.conf:4: unknown key X in [Mystery], ignored"])
+    }
+
+    @Test("bad values are refused with file, line and reason", arguments: [
+        ("[Pairing]\nScanTimeout = soon\n", 2, "ScanTimeout must be a number of seconds"),
+        ("[Pairing]\nScanTimeout = 0\n", 2, "ScanTimeout must be a number of seconds in 1.0…600.0"),
+        ("\n\n[Connection]\nFastAttempts = -1\n", 4, "FastAttempts must be a whole number"),
+        ("[General]\nAdapter = wlan0\n", 2, "Adapter must be an adapter name"),
+        ("[Notifications]\nSubscribe = 2a37, nope\n", 2, "Subscribe: \"nope\" is not a UUID"),
+        ("[Notifications]\nBattery = maybe\n", 2, "Battery must be yes or no"),
+        ("[General\n", 1, "malformed section header"),
+        ("[General]\nAdapter\n", 2, "expected Key = value"),
+    ])
+    func badValues(text: String, line: Int, reason: String) {
+        do {
+            _ = try DaemonConfig.parse(text, file: "bad.conf")
+            Issue.record("accepted: \(text)")
+        } catch {
+            #expect(error.file == "bad.conf")
+            #expect(error.line == line)
+            #expect(error.reason.contains(reason), "\(error.reason)")
+            #expect(error.description.hasPrefix("bad.conf:\(line): "))
+        }
+    }
+}

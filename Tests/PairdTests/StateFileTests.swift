@@ -1,0 +1,67 @@
+import Foundation
+import Testing
+@testable import Paird
+import PairingCore
+
+@Suite("The state file on disk")
+struct StateFileTests {
+    let doc = PersistedState(devices: [
+        PersistedDevice(identity: DeviceIdentity(address: DeviceAddress("00:AA:01:01:00:01")!, name: "Watch",
+                                                 adapter: "hci0", serviceUUIDs: [ServiceUUID.heartRate]),
+                        wanted: .connected, pairedAt: 1_800_000_000, updatedAt: 1_800_000_000),
+    ])
+
+    func tempDir() throws -> String {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("paird-statefile-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        return dir
+    }
+
+    @Test("missing file is a first start")
+    func missing() throws {
+        let f = StateFile(path: try tempDir() + "/state.json")
+        guard case .missing = try f.load() else { Issue.record("expected .missing"); return }
+    }
+
+    @Test("save then load round-trips; mode 0600; no temporary file left behind")
+    func roundTrip() throws {
+        let dir = try tempDir()
+        let f = StateFile(path: dir + "/state.json")
+        try f.save(doc)
+        try f.save(doc) // replacing an existing file
+        guard case .loaded(let back) = try f.load() else { Issue.record("not loaded"); return }
+        #expect(back == doc)
+        let attrs = try FileManager.default.attributesOfItem(atPath: f.path)
+        #expect((attrs[.posixPermissions] as? NSNumber)?.intValue == 0o600)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: dir) == ["state.json"])
+    }
+
+    @Test("a corrupt, truncated, oversized or future file is moved aside, never deleted", arguments: [
+        "{\"version\":1,\"devi", "", "{\"version\":7,\"devices\":[]}", String(repeating: " ", count: (1 << 20) + 10),
+    ])
+    func quarantine(content: String) throws {
+        let dir = try tempDir()
+        let f = StateFile(path: dir + "/state.json")
+        try content.write(toFile: f.path, atomically: false, encoding: .utf8)
+        guard case .quarantined(_, let aside) = try f.load(now: Date(timeIntervalSince1970: 1_800_000_000)) else {
+            Issue.record("not quarantined"); return
+        }
+        #expect(aside == dir + "/state.json.corrupt-1800000000")
+        #expect(!FileManager.default.fileExists(atPath: f.path))
+        #expect(try String(contentsOfFile: aside, encoding: .utf8) == content)
+        // The daemon runs on and writes a fresh file next to the quarantined one.
+        try f.save(doc)
+        guard case .loaded = try f.load() else { Issue.record("fresh file unreadable"); return }
+    }
+
+    @Test("an unwritable directory is an error, not a crash, and leaves the old file intact")
+    func unwritable() throws {
+        let dir = try tempDir()
+        let f = StateFile(path: dir + "/state.json")
+        try f.save(doc)
+        let missingDir = StateFile(path: dir + "/nope/state.json")
+        #expect(throws: SystemError.self) { try missingDir.save(doc) }
+        guard case .loaded(let back) = try f.load() else { Issue.record(); return }
+        #expect(back == doc)
+    }
+}
