@@ -127,6 +127,10 @@ public struct MachineConfig: Sendable, Hashable {
     public var fallbackInterval: Duration = .seconds(60)
     /// A connect failure that took at least this long means nobody answered: the device is away.
     public var absentAfter: Duration = .seconds(20)
+    /// Links in a row that come up but drop before services resolve (or Connects the wearable
+    /// answers with a quick abort-by-local) before the bond is presumed lost → `needsRepair`.
+    /// BlueZ 5.66 gives no reason on D-Bus; this is how a wearable that forgot its bond looks.
+    public var setupFailuresBeforeRepair: Int = 3
     /// The adapter devices are paired through, recorded in their identity.
     public var adapter: String = "hci0"
     public var jitterSeed: UInt64 = 0x5EED

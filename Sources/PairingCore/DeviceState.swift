@@ -107,6 +107,9 @@ public struct ManagedDevice: Sendable, Hashable {
     public var lastDisconnect: LastDisconnect?
     /// Connect attempts since the link was last usable.
     public var reconnectAttempts: Int
+    /// Links that came up but dropped before becoming usable (or quick abort-by-local failures),
+    /// in a row; at `MachineConfig.setupFailuresBeforeRepair` the bond is presumed lost.
+    public var setupFailures: Int
     /// Has reached `connected` since the daemon started (a later connect is a *reconnect*).
     public var hasBeenConnected: Bool
 

@@ -48,7 +48,7 @@ public struct PairingMachine: Sendable {
             slots.append(ManagedDevice(
                 identity: p.identity, wanted: p.wanted, state: .restoring, since: now,
                 pairedAt: p.pairedAt.timeIntervalSince1970, updatedAt: p.updatedAt.timeIntervalSince1970, lastDisconnect: nil,
-                reconnectAttempts: 0, hasBeenConnected: false))
+                reconnectAttempts: 0, setupFailures: 0, hasBeenConnected: false))
         }
     }
 
@@ -214,6 +214,7 @@ public struct PairingMachine: Sendable {
             let attempts = d.reconnectAttempts
             slots[i].hasBeenConnected = true
             slots[i].reconnectAttempts = 0
+            slots[i].setupFailures = 0
             move(i, to: .connected, now, &actions, kind: kind, attempt: attempts)
             if case .settling(a)? = pairing?.phase {
                 endPairing(.success(a, name: d.identity.name), now, &actions)
@@ -235,7 +236,12 @@ public struct PairingMachine: Sendable {
             switch verdict {
             case .linkLoss(let reason):
                 slots[i].lastDisconnect = .init(reason: reason, at: now)
-                waitPassively(i, now, &actions, reason: reason)
+                if case .discovering = d.state, countSetupFailure(i) {
+                    move(i, to: .needsRepair(reason: Self.suspectedBondLoss), now, &actions, reason: Self.suspectedBondLoss)
+                    actions.append(.updateAutoConnect(autoConnectUUIDs))
+                } else {
+                    waitPassively(i, now, &actions, reason: reason)
+                }
             case .requested:
                 // Unreachable with weAskedForIt == false (our own disconnects leave these states
                 // first); if it ever happens, waiting is the state that forgets nothing.
@@ -322,7 +328,15 @@ public struct PairingMachine: Sendable {
              .disconnected, .needsRepair, .adapterUnavailable:
             return
         }
-        switch ConnectFailureClassifier.classify(f, elapsed: now.since(startedAt), absentAfter: config.absentAfter) {
+        let verdict = ConnectFailureClassifier.classify(f, elapsed: now.since(startedAt), absentAfter: config.absentAfter)
+        if verdict == .transient, f == .abortedByLocal, countSetupFailure(i) {
+            // The wearable answered (no 40 s wait) yet the link never came up, again and again:
+            // on 5.66 this is how a wearable that forgot its bond looks (encryption fails).
+            move(i, to: .needsRepair(reason: Self.suspectedBondLoss), now, &actions, reason: Self.suspectedBondLoss)
+            actions.append(.updateAutoConnect(autoConnectUUIDs))
+            return
+        }
+        switch verdict {
         case .transient where attempt < config.fastAttempts:
             let delay = config.backoff.delay(attempt: attempt, unit: rng.nextUnit())
             move(i, to: .connecting(.backingOff, attempt: attempt, countdown: countdown(.device(a), .retryBackoff, now + delay)),
@@ -453,11 +467,12 @@ public struct PairingMachine: Sendable {
             slots[i].wanted = .connected
             slots[i].pairedAt = now.unixTime
             slots[i].updatedAt = now.unixTime
+            slots[i].setupFailures = 0
         } else {
             slot[a] = slots.count
             slots.append(ManagedDevice(identity: identity, wanted: .connected, state: .restoring, since: now,
                                        pairedAt: now.unixTime, updatedAt: now.unixTime, lastDisconnect: nil,
-                                       reconnectAttempts: 0, hasBeenConnected: false))
+                                       reconnectAttempts: 0, setupFailures: 0, hasBeenConnected: false))
         }
         let settle = countdown(.pairing, .settle, now + config.connectTimeout + config.discoveryTimeout)
         actions.append(.cancel(p.countdown.id))
@@ -577,12 +592,28 @@ public struct PairingMachine: Sendable {
         if let oc = old.countdown, oc.id != new.countdown?.id { actions.append(.cancel(oc.id)) }
         if let nc = new.countdown, nc.id != old.countdown?.id { actions.append(.arm(nc)) }
         slots[i].state = new
+        if case .needsRepair = new, old.name != new.name {
+            // Untrusted + Disconnect() turns BlueZ's auto-connect off for it (5.66 dev_disconnect):
+            // neither paird nor the kernel keeps knocking with a dead key.
+            actions.append(.setTrusted(a, false))
+            actions.append(.disconnect(a))
+        }
         let renamed = old.name != new.name
         if renamed { slots[i].since = now }
         if renamed || kind != nil {
             actions.append(.report(Report(kind: kind ?? Self.reportKind(from: old, to: new), device: a, name: slots[i].identity.name,
                                           from: old.name, to: new.name, reason: reason, attempt: attempt)))
         }
+    }
+
+    static let suspectedBondLoss = "suspected-bond-loss"
+
+    /// Counts a link that came up (or a Connect the wearable answered) but never became usable.
+    /// BlueZ 5.66 does not say why (the reason stays below D-Bus); several in a row are how a
+    /// lost bond looks, and chasing it would be a reconnect loop. True at the threshold.
+    private mutating func countSetupFailure(_ i: Int) -> Bool {
+        slots[i].setupFailures += 1
+        return slots[i].setupFailures >= config.setupFailuresBeforeRepair
     }
 
     /// Removes a device, keeping `slots` dense (the last one takes its place).

@@ -32,6 +32,7 @@ struct ConfigTests {
             FallbackInterval = 120
             AbsentAfter = 15
             FastAttempts = 3
+            SetupFailuresBeforeRepair = 4
             [Notifications]
             Subscribe = 2a37, 0x2A19
             Battery = no
@@ -47,6 +48,7 @@ struct ConfigTests {
         #expect(c.machine.fallbackInterval == .seconds(120))
         #expect(c.machine.absentAfter == .seconds(15))
         #expect(c.machine.fastAttempts == 3)
+        #expect(c.machine.setupFailuresBeforeRepair == 4)
         #expect(c.subscribe == [ServiceUUID.heartRateMeasurement, ServiceUUID.batteryLevel])
         #expect(c.battery == false)
     }

@@ -188,6 +188,57 @@ struct ReconnectScenarioTests {
         #expect(h.armed.isEmpty)
     }
 
+    @Test("5.66, wearable forgot its bond: the link comes up and drops before services resolve, again and again → needsRepair")
+    func forgottenBondOn566() {
+        var h = Harness.connected()
+        h.send(.linkDown(watch, linkLoss)) // forget-bond drops the link: looks like any link loss
+        var connects = 0
+        for round in 1...3 {
+            h.send(.linkUp(watch))          // kernel auto-connect: the link comes up…
+            let out = h.send(.linkDown(watch, linkLoss)) // …and encryption fails
+            if round < 3 {
+                #expect(h.stateName(watch) == "waitingForDevice")
+            } else {
+                #expect(h.state(watch) == .needsRepair(reason: "suspected-bond-loss"))
+                #expect(out.contains(.setTrusted(watch, false)), "BlueZ's auto-connect is turned off for it too")
+                #expect(out.contains(.disconnect(watch)))
+            }
+            connects += out.connects()
+        }
+        for _ in 0..<20 { connects += h.fireNext().connects() }
+        #expect(connects == 0)
+        #expect(h.armed.isEmpty)
+    }
+
+    @Test("5.66, wearable forgot its bond: Connect answered at once with abort-by-local, thrice → needsRepair")
+    func quickAbortsMeanBondLoss() {
+        var h = Harness.connected()
+        h.send(.linkDown(watch, linkLoss))
+        h.fireNext()
+        _ = h.connectFailed(watch, .abortedByLocal, after: .milliseconds(300))
+        #expect(h.stateName(watch) == "waitingForDevice")
+        h.fireNext()
+        _ = h.connectFailed(watch, .abortedByLocal, after: .milliseconds(300))
+        h.fireNext()
+        let out = h.connectFailed(watch, .abortedByLocal, after: .milliseconds(300))
+        #expect(h.stateName(watch) == "needsRepair")
+        #expect(out.reports(.needsRepair).first?.reason == "suspected-bond-loss")
+    }
+
+    @Test("a link that becomes usable clears the count of failed setups")
+    func setupFailuresReset() {
+        var h = Harness.connected()
+        for _ in 0..<5 {
+            h.send(.linkDown(watch, linkLoss))
+            h.send(.linkUp(watch))
+            h.send(.linkDown(watch, linkLoss))
+            h.send(.linkUp(watch))
+            h.send(.servicesResolved(watch))
+            h.send(.linkSetUp(watch, failure: nil))
+            #expect(h.state(watch) == .connected)
+        }
+    }
+
     @Test("Connect failing authentication (the wearable forgot us) means needsRepair")
     func connectAuthFailure() {
         var h = Harness.connected()
