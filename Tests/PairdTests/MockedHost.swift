@@ -1,0 +1,191 @@
+import Foundation
+import Testing
+import PairingCore
+
+// The integration tier's host: a private system-type dbus-daemon, python-dbusmock's `bluez5`
+// template as BlueZ, and the REAL paird and pairctl binaries (built next to this test bundle).
+//
+// What this double does NOT reproduce of real BlueZ 5.66 (bluez-notes §8): no radio, no
+// discovery creating devices (devices are added by the test and are then "seen" by a scan), no
+// GATT objects unless a test adds them (paird then subscribes to nothing and reads no battery),
+// ServicesResolved only when the test sets it, Device1.Connect emits Connected=true but a later
+// Get("Connected") stays false, no auto-connect, no Agent calls, AddressType always "public", and
+// no 40 s Connect blocking. End-to-end behaviour is judged on the real-BlueZ test bed (make e2e).
+final class MockedHost {
+    let dir: URL
+    let address: String
+    private var processes: [Process] = []
+    private(set) var paird: Process?
+    static let binDir = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+    static let pairdBin = ProcessInfo.processInfo.environment["PAIRD_BIN"] ?? binDir.appendingPathComponent("paird").path
+    static let pairctlBin = ProcessInfo.processInfo.environment["PAIRCTL_BIN"] ?? binDir.appendingPathComponent("pairctl").path
+    static let watch = "00:AA:01:01:00:01"
+
+    var statePath: String { dir.appendingPathComponent("state.json").path }
+    var pairdLog: String { dir.appendingPathComponent("paird.log").path }
+
+    init() throws {
+        dir = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("paird-it-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let conf = dir.appendingPathComponent("bus.conf")
+        try """
+        <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+         "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+        <busconfig><type>system</type><listen>unix:path=\(dir.path)/bus</listen>
+          <policy context="default"><allow send_destination="*" eavesdrop="true"/><allow eavesdrop="true"/><allow own="*"/></policy>
+        </busconfig>
+        """.write(to: conf, atomically: true, encoding: .utf8)
+        address = "unix:path=\(dir.path)/bus"
+        let bus = Process()
+        bus.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
+        bus.arguments = ["--config-file=\(conf.path)", "--nofork"]
+        try bus.run()
+        processes.append(bus)
+        try waitFor("the private bus socket", deadline: 10) { FileManager.default.fileExists(atPath: "\(self.dir.path)/bus") }
+
+        let mock = Process()
+        mock.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        mock.arguments = ["-m", "dbusmock", "--system", "--template", "bluez5"]
+        mock.environment = env
+        mock.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
+        try mock.run()
+        processes.append(mock)
+        try waitFor("org.bluez on the private bus", deadline: 15) {
+            self.python("import dbus; dbus.SystemBus().get_name_owner('org.bluez')").status == 0
+        }
+        try must(python("b.get_object('org.bluez', '/').AddAdapter('hci0', 'host', dbus_interface='org.bluez.Mock')"))
+    }
+
+    deinit {
+        // SIGKILL: children of Swift Testing's worker threads may inherit a mask blocking SIGTERM.
+        for p in processes.reversed() where p.isRunning { kill(p.processIdentifier, SIGKILL); p.waitUntilExit() }
+        try? FileManager.default.removeItem(at: dir)
+    }
+
+    var env: [String: String] {
+        var e = ProcessInfo.processInfo.environment
+        e["DBUS_SYSTEM_BUS_ADDRESS"] = address
+        return e
+    }
+
+    struct Ran { var status: Int32; var out: String; var err: String }
+
+    /// A started child; `finish()` waits for it (killing it after `timeout` seconds).
+    struct Running {
+        let process: Process
+        let out: Pipe
+        let err: Pipe
+        let timeout: Double
+
+        func finish() -> Ran {
+            let p = process
+            let killer = DispatchWorkItem { if p.isRunning { kill(p.processIdentifier, SIGKILL) } }
+            DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: killer)
+            let o = out.fileHandleForReading.readDataToEndOfFile()
+            let e = err.fileHandleForReading.readDataToEndOfFile()
+            p.waitUntilExit()
+            killer.cancel()
+            return Ran(status: p.terminationStatus, out: String(decoding: o, as: UTF8.self), err: String(decoding: e, as: UTF8.self))
+        }
+    }
+
+    func start(_ path: String, _ args: [String], timeout: Double = 60) -> Running {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: path)
+        p.arguments = args
+        p.environment = env
+        let out = Pipe(), err = Pipe()
+        p.standardOutput = out
+        p.standardError = err
+        do { try p.run() } catch { err.fileHandleForWriting.write(Data("\(error)".utf8)) }
+        return Running(process: p, out: out, err: err, timeout: timeout)
+    }
+
+    @discardableResult
+    func run(_ path: String, _ args: [String], timeout: Double = 60) -> Ran {
+        let r = start(path, args, timeout: timeout)
+        guard r.process.processIdentifier != 0 else {
+            return Ran(status: -1, out: "", err: "could not start \(path)")
+        }
+        return r.finish()
+    }
+
+    /// Runs Python with `b` = the private system bus (for driving the mock).
+    @discardableResult
+    func python(_ code: String) -> Ran {
+        run("/usr/bin/python3", ["-c", "import dbus\nb = dbus.SystemBus()\n" + code], timeout: 20)
+    }
+
+    func must(_ r: Ran, _ what: String = "") throws {
+        if r.status != 0 { throw Failure("\(what) failed (\(r.status)): \(r.err)") }
+    }
+
+    func pairctl(_ args: String...) -> Ran { run(Self.pairctlBin, args) }
+
+    func addDevice(_ address: String = MockedHost.watch, name: String = "Watch") throws {
+        try must(python("b.get_object('org.bluez', '/').AddDevice('hci0', '\(address)', '\(name)', dbus_interface='org.bluez.Mock')"), "AddDevice")
+    }
+
+    func devicePath(_ address: String) -> String { "/org/bluez/hci0/dev_" + address.replacingOccurrences(of: ":", with: "_") }
+
+    /// Sets Device1 properties on the mock, which emits PropertiesChanged as bluetoothd would.
+    func setDevice(_ address: String = MockedHost.watch, _ props: String) throws {
+        try must(python("b.get_object('org.bluez', '\(devicePath(address))').UpdateProperties('org.bluez.Device1', {\(props)}, dbus_interface='org.freedesktop.DBus.Mock')"), "UpdateProperties")
+    }
+
+    /// How many times a method was called on the mock device.
+    func calls(_ method: String, _ address: String = MockedHost.watch) -> Int {
+        let r = python("print(len(b.get_object('org.bluez', '\(devicePath(address))').GetMethodCalls('\(method)', dbus_interface='org.freedesktop.DBus.Mock')))")
+        return Int(r.out.trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1
+    }
+
+    func startPaird(_ extra: [String] = []) throws {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: Self.pairdBin)
+        p.arguments = ["--state-file", statePath, "--config", dir.appendingPathComponent("paird.conf").path] + extra
+        p.environment = env
+        FileManager.default.createFile(atPath: pairdLog, contents: nil)
+        let log = FileHandle(forWritingAtPath: pairdLog)!
+        log.seekToEndOfFile()
+        p.standardOutput = log
+        p.standardError = log
+        try p.run()
+        processes.append(p)
+        paird = p
+        try waitFor("paird answering GetStatus", deadline: 15) { self.pairctl("status").status == 0 }
+    }
+
+    func stopPaird() throws {
+        guard let p = paird else { return }
+        kill(p.processIdentifier, SIGTERM)
+        try waitFor("paird exiting on SIGTERM", deadline: 10) { !p.isRunning }
+        paird = nil
+    }
+
+    func status() throws -> StatusDocument {
+        let r = pairctl("status", "--json")
+        try must(r, "pairctl status --json")
+        return try StatusDocument.decode(r.out)
+    }
+
+    func state(_ address: String = MockedHost.watch) -> String? {
+        (try? status())?.devices.first { $0.address == address }?.state
+    }
+
+    func log() -> String { (try? String(contentsOfFile: pairdLog, encoding: .utf8)) ?? "" }
+}
+
+struct Failure: Error, CustomStringConvertible {
+    var description: String
+    init(_ d: String) { description = d }
+}
+
+/// Polls `condition` until it holds or `deadline` seconds pass (then throws, naming `what`).
+func waitFor(_ what: String, deadline: Double, _ condition: () throws -> Bool) throws {
+    let end = Date().addingTimeInterval(deadline)
+    while Date() < end {
+        if (try? condition()) == true { return }
+        usleep(50_000)
+    }
+    throw Failure("timed out after \(deadline) s waiting for \(what)")
+}
