@@ -144,8 +144,10 @@ public final class Daemon {
             markReadyIfNeeded()
         case .deviceFound(let info):
             guard let p = machine.pairing, case .scanning = p.phase else { return }
+            // RSSI 127 is HCI's "not available".
             feed(.candidateFound(Candidate(address: info.address, addressType: info.addressType, name: info.name,
-                                           rssi: info.rssi, serviceUUIDs: info.uuids, bonded: info.paired)))
+                                           rssi: info.rssi == 127 ? nil : info.rssi, serviceUUIDs: info.uuids,
+                                           bonded: info.paired)))
         case .connectedChanged(let a, true):
             feed(.linkUp(a))
         case .connectedChanged(let a, false):
@@ -290,7 +292,9 @@ public final class Daemon {
         switch r.kind {
         case .paired: message = "\(who) paired"
         case .connected: message = "\(who) connected"
-        case .reconnected: message = "\(who) reconnected after \(r.attempt ?? 0) attempt(s)"
+        case .reconnected:
+            let n = r.attempt ?? 0
+            message = n == 0 ? "\(who) reconnected (the kernel's auto-connect)" : "\(who) reconnected after \(n) Connect attempt(s)"
         case .linkLost: message = "\(who) link lost (\(r.reason ?? "unknown")), waiting for it to come back"
         case .needsRepair: message = "\(who) needs re-pairing (\(r.reason ?? "bond lost")): run pairctl pair \(r.device.map { "\($0)" } ?? "")"
         case .unpaired: message = "\(who) unpaired"

@@ -1,0 +1,142 @@
+#!/usr/bin/python3
+# testbed: mode=systemd timeout=420
+"""`make demo`: what paird does, in about two minutes, on the real BlueZ stack.
+
+paird runs as a user would run it, from systemd/paird.service (Type=notify, watchdog, hardening,
+User=paird); the virtual wearable "Pulse-1" walks out of range and comes back while
+`pairctl status` is shown live. Ends with the journal lines paird wrote."""
+import json
+import os
+import shutil
+import subprocess
+import time
+
+from bedlib import *
+
+REPO = os.path.abspath(os.path.join(TESTBED, "..", ".."))
+
+
+def banner(text):
+    print(f"\n\033[1;36m── {text}\033[0m", flush=True)
+
+
+def sh(*cmd, check_rc=True):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if check_rc and r.returncode != 0:
+        raise BedError(f"{' '.join(cmd)} → {r.returncode}: {r.stderr.strip()}")
+    return r
+
+
+def pairctl(*args, show=True):
+    r = subprocess.run([PAIRCTL_BIN, *args], capture_output=True, text=True)
+    if show:
+        print(f"$ pairctl {' '.join(args)}", flush=True)
+        for line in (r.stdout + r.stderr).rstrip().splitlines():
+            print(f"  {line}", flush=True)
+    return r
+
+
+def status():
+    r = subprocess.run([PAIRCTL_BIN, "status", "--json"], capture_output=True, text=True)
+    return json.loads(r.stdout) if r.stdout.strip() else {}
+
+
+def device_state():
+    devs = status().get("devices", [])
+    return devs[0]["state"] if devs else None
+
+
+def install_paird():
+    """What `make install` does, inside the throw-away VM."""
+    if sh("getent", "passwd", "paird", check_rc=False).returncode != 0:
+        sh("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "--user-group", "paird")
+    shutil.copy(os.path.join(REPO, "etc/dbus-1/system.d/org.paird1.conf"), "/etc/dbus-1/system.d/org.paird1.conf")
+    sh("dbus-send", "--system", "--type=method_call", "--dest=org.freedesktop.DBus", "/",
+       "org.freedesktop.DBus.ReloadConfig")
+    os.makedirs("/etc/paird", exist_ok=True)
+    shutil.copy(os.path.join(REPO, "etc/paird/paird.conf"), "/etc/paird/paird.conf")
+    unit = open(os.path.join(REPO, "systemd/paird.service")).read()
+    unit = unit.replace("ExecStart=/usr/local/sbin/paird", f"ExecStart={PAIRD_BIN}")
+    with open("/etc/systemd/system/paird.service", "w") as f:
+        f.write(unit)
+    sh("systemctl", "daemon-reload")
+
+
+@scenario
+def main():
+    banner("the stack: real kernel Bluetooth (hci_vhci + btvirt), bluetoothd 5.66, a virtual wearable")
+    w = Wearable.start(name="Pulse-1", battery=87)
+    print("  wearable Pulse-1 advertising Heart Rate (180d), Battery (180f) and a vendor service on hci1", flush=True)
+
+    banner("systemctl start paird   (Type=notify: returns once paird sent READY=1)")
+    with step("paird active under systemd"):
+        install_paird()
+        sh("systemctl", "start", "paird")
+        check(sh("systemctl", "is-active", "paird", check_rc=False).stdout.strip() == "active", "paird active")
+    print(sh("systemctl", "status", "paird", "--no-pager", "--lines=0", check_rc=False).stdout.rstrip(), flush=True)
+
+    banner("pairctl pair --service 180d")
+    with step("paired and connected"):
+        r = pairctl("pair", "--service", "180d", "--timeout", "20")
+        check(r.returncode == 0, "pairctl pair exit 0")
+    pairctl("status")
+
+    banner("pairctl watch   (heart-rate notifications forwarded by paird; 4 s)")
+    watch = subprocess.Popen([PAIRCTL_BIN, "watch"], stdout=subprocess.PIPE, text=True)
+    at_exit(lambda: watch.poll() is None and watch.kill())
+    lines = []
+    wait_for(lambda: len(lines) >= 3 or lines.append(watch.stdout.readline()) or False, 20,
+             "three notification lines from pairctl watch")
+    watch.kill()
+    for line in lines:
+        print(f"  {line.rstrip()}", flush=True)
+
+    def live(until_state, deadline, what):
+        """`pairctl status`, one line per second, until the device reaches `until_state`."""
+        t0 = time.monotonic()
+        last = None
+        while True:
+            s = status()
+            d = (s.get("devices") or [{}])[0]
+            line = f"  +{time.monotonic() - t0:4.1f}s  {d.get('name')} {d.get('address')}: {d.get('state')}"
+            if d.get("lastDisconnect"):
+                line += f"  (last disconnect: {d['lastDisconnect']['reason']})"
+            if d.get("battery") is not None:
+                line += f"  battery {d['battery']}%"
+            if line.split(":", 1)[1] != last:
+                print(line, flush=True)
+                last = line.split(":", 1)[1]
+            if d.get("state") == until_state:
+                return
+            if time.monotonic() - t0 > deadline:
+                raise BedError(f"timed out after {deadline} s waiting for {what}")
+            time.sleep(0.25)
+
+    banner("the wearable walks out of range (link lost, no orderly disconnect)")
+    w.cmd("walk-away")
+    with step("paird waits for it: waitingForDevice, no Connect storm"):
+        live("waitingForDevice", 20, "waitingForDevice")
+    bed_sleep(8, "the wearable stays away")
+    print(f"  still: {device_state()}", flush=True)
+
+    banner("the wearable comes back: the kernel's auto-connect (armed by paird's GattProfile1) reconnects")
+    w.cmd("come-back")
+    w.cmd("battery 64")
+    with step("connected again, without any pairctl command"):
+        live("connected", 90, "connected")
+    wait_for(lambda: status()["devices"][0].get("battery") == 64, 20, "battery 64% via notification")
+    pairctl("status")
+
+    banner("what `systemctl status paird` shows (the STATUS= line)")
+    print("  " + sh("systemctl", "show", "-p", "StatusText", "--value", "paird").stdout.strip(), flush=True)
+
+    banner("journalctl -u paird   (structured: MESSAGE_ID, PAIRD_DEVICE, PAIRD_STATE, PAIRD_REASON…)")
+    out = sh("journalctl", "-u", "paird", "-o", "json", "--no-pager").stdout
+    for line in out.splitlines():
+        e = json.loads(line)
+        if "PAIRD_EVENT" in e or "MESSAGE_ID" in e:
+            fields = " ".join(f"{k}={e[k]}" for k in ("PAIRD_EVENT", "PAIRD_STATE", "PAIRD_REASON") if e.get(k))
+            print(f"  {e.get('MESSAGE', '')}   [{fields}]", flush=True)
+
+
+main()
