@@ -132,6 +132,20 @@ public final class BlueZClient {
         return objects.keys.filter { Self.parent(of: $0) == adapterPath }.sorted().compactMap(deviceInfo)
     }
 
+    /// The same list, as the runtime asks for it when a scan starts (devices BlueZ already knows
+    /// are candidates too: they may not signal anything new).
+    public func discoveredDevices() -> [DeviceInfo] { devices }
+
+    /// Objects in the cache (all of bluetoothd's, every adapter): for leak and storm checks.
+    public var cachedObjectCount: Int { objects.count }
+
+    /// The device's GATT characteristics as now known (path, 128-bit UUID), sorted by path.
+    /// Paths change across firmware updates: look them up again after every reconnect.
+    public func characteristics(of address: DeviceAddress) -> [(path: String, uuid: String)] {
+        guard let devPath = devicePath(address) else { return [] }
+        return characteristics(under: devPath).map { ($0.path, $0.uuid) }
+    }
+
     public func views(for addresses: [DeviceAddress]) -> [DeviceAddress: BlueZDeviceView] {
         var result: [DeviceAddress: BlueZDeviceView] = [:]
         for a in addresses { result[a] = device(a)?.view ?? .absent }
@@ -146,28 +160,26 @@ public final class BlueZClient {
         stopped = false
         exportObjects()
         let om = "org.freedesktop.DBus.ObjectManager"
-        subscriptions = [
-            connection.subscribe(MatchRule(sender: Bus.name, interface: om, member: "InterfacesAdded", path: "/")) { [weak self] in
-                self?.onInterfacesAdded($0)
-            },
-            connection.subscribe(MatchRule(sender: Bus.name, interface: om, member: "InterfacesRemoved", path: "/")) { [weak self] in
-                self?.onInterfacesRemoved($0)
-            },
-            connection.subscribe(MatchRule(sender: Bus.name, interface: "org.freedesktop.DBus.Properties",
-                                           member: "PropertiesChanged", pathNamespace: "/org/bluez")) { [weak self] in
-                self?.onPropertiesChanged($0)
-            },
-            connection.subscribe(MatchRule(sender: Bus.name, interface: Iface.device, member: "Disconnected",
-                                           pathNamespace: "/org/bluez")) { [weak self] in
-                self?.onDisconnected($0)
-            },
-            connection.subscribe(MatchRule(sender: "org.freedesktop.DBus", interface: "org.freedesktop.DBus",
-                                           member: "NameOwnerChanged", path: "/org/freedesktop/DBus", arg0: Bus.name)) { [weak self] in
-                self?.onNameOwnerChanged($0)
-            },
-        ]
+        watch(MatchRule(sender: Bus.name, interface: om, member: "InterfacesAdded", path: "/")) { $0.onInterfacesAdded($1) }
+        watch(MatchRule(sender: Bus.name, interface: om, member: "InterfacesRemoved", path: "/")) { $0.onInterfacesRemoved($1) }
+        watch(MatchRule(sender: Bus.name, interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged",
+                        pathNamespace: "/org/bluez")) { $0.onPropertiesChanged($1) }
+        watch(MatchRule(sender: Bus.name, interface: Iface.device, member: "Disconnected", pathNamespace: "/org/bluez")) {
+            $0.onDisconnected($1)
+        }
+        watch(MatchRule(sender: "org.freedesktop.DBus", interface: "org.freedesktop.DBus", member: "NameOwnerChanged",
+                        path: "/org/freedesktop/DBus", arg0: Bus.name)) { $0.onNameOwnerChanged($1) }
         // The AddMatch calls above go out first, so nothing emitted after our snapshot is missed.
         resolveOwner()
+    }
+
+    private func watch(_ rule: MatchRule, _ handler: @escaping (BlueZClient, DBusMessage) -> Void) {
+        let s = connection.subscribe(rule, ready: { [weak self] error in
+            if let error { self?.note("AddMatch \(rule.text): \(error)") }
+        }) { [weak self] message in
+            if let self { handler(self, message) }
+        }
+        subscriptions.append(s)
     }
 
     /// Unregisters the agent and the application, stops our discovery, drops subscriptions and
@@ -848,8 +860,16 @@ public final class BlueZClient {
     }
 
     private func apply(_ path: String, _ iface: String, _ changed: Props, _ invalidated: [String]) {
-        guard objects[path]?[iface] != nil else { return }
-        for (k, v) in changed { objects[path]?[iface]?[k] = v }
+        guard let current = objects[path]?[iface] else { return }
+        for (k, v) in changed {
+            // A value whose type differs from the one BlueZ gave before is junk: keep the old one.
+            if let old = current[k], old.signature != v.signature {
+                stats.signalsIgnored += 1
+                note("\(path) \(iface).\(k): \(v.signature) instead of \(old.signature); ignored")
+                continue
+            }
+            objects[path]?[iface]?[k] = v
+        }
         for k in invalidated { objects[path]?[iface]?[k] = nil }
     }
 

@@ -1,0 +1,445 @@
+import Foundation
+import Testing
+import BlueZ
+import DBus
+import EventLoop
+import PairingCore
+
+private let devA = "AA:BB:CC:DD:EE:01"
+private let addrA = DeviceAddress(devA)!
+private let pathA = "/org/bluez/hci0/dev_AA_BB_CC_DD_EE_01"
+private let hci0Address = "00:01:02:03:04:05"   // what the bluez5 template gives hci0
+private let hci1Address = "01:02:03:04:05:06"
+
+@Suite("BlueZClient against python-dbusmock bluez5", .serialized)
+struct BlueZClientTests {
+    @Test func cacheFromGetManagedObjectsAndAdapterSelection() throws {
+        let mock = try MockBlueZ()
+        try mock.addAdapter("hci0")
+        try mock.addAdapter("hci1")
+        try mock.addDevice("hci0", devA)
+        try mock.addDevice("hci1", "AA:BB:CC:DD:EE:02")
+        try mock.call("/", "org.bluez.Mock", "PairDevice", [.string("hci0"), .string(devA), .int32(0)])
+
+        let (client, recorder, _) = try mock.startClient("")
+        #expect(client.adapter == AdapterInfo(path: "/org/bluez/hci0", name: "hci0", address: hci0Address, powered: true))
+        #expect(recorder.events.first == .adapterReady(client.adapter!))
+        let info = try #require(client.device(addrA))
+        #expect(info.path == pathA && info.name == "Pulse-1" && info.paired && info.bonded == nil && !info.connected)
+        #expect(info.rssi == -79)
+        #expect(client.device(DeviceAddress("AA:BB:CC:DD:EE:02")!) == nil, "devices of other adapters are not ours")
+        let views = client.views(for: [addrA, DeviceAddress("AA:BB:CC:DD:EE:02")!])
+        #expect(views[addrA] == BlueZDeviceView(exists: true, bonded: true, connected: false, servicesResolved: false))
+        #expect(views[DeviceAddress("AA:BB:CC:DD:EE:02")!] == .absent)
+
+        let (byName, _, _) = try mock.startClient("hci1", adapterForRegistrar: "/org/bluez/hci1")
+        #expect(byName.adapter?.path == "/org/bluez/hci1")
+        #expect(byName.device(DeviceAddress("AA:BB:CC:DD:EE:02")!) != nil)
+        let (byAddress, _, _) = try mock.startClient(hci1Address.lowercased(), adapterForRegistrar: "/org/bluez/hci1")
+        #expect(byAddress.adapter?.name == "hci1")
+        #expect(byAddress.stats.cacheRebuilds == 1)
+    }
+
+    @Test func noAdapterMeansNoReadyUntilOneAppears() throws {
+        let mock = try MockBlueZ()
+        let (client, recorder, conn) = try mock.startClient("hci0", waitReady: false, adapterForRegistrar: nil)
+        try runUntil(mock.loop, "snapshot") { client.stats.cacheRebuilds == 1 }
+        #expect(client.adapter == nil && recorder.events.isEmpty)
+        try mock.addAdapter("hci0")
+        try mock.setRegistrar("/org/bluez/hci0", conn.uniqueName)
+        try runUntil(mock.loop, "adapterReady") { recorder.readyCount == 1 }
+        #expect(client.isReady)
+    }
+
+    @Test func signalsBecomeTypedEvents() throws {
+        let mock = try MockBlueZ()
+        try mock.addAdapter()
+        let (client, rec, _) = try mock.startClient()
+        try mock.addDevice("hci0", devA)
+        try runUntil(mock.loop, "deviceFound") { rec.count { if case .deviceFound(let d) = $0 { d.address == addrA } else { false } } == 1 }
+
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["Connected": .bool(true)])
+        try runUntil(mock.loop, "connected") { rec.has(.connectedChanged(addrA, true)) }
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["ServicesResolved": .bool(true)])
+        try runUntil(mock.loop, "resolved") { rec.has(.servicesResolvedChanged(addrA, true)) }
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["Paired": .bool(true)])
+        try runUntil(mock.loop, "bonded") { rec.has(.bondChanged(addrA, bonded: true)) }
+        // Bonded (5.65+): Paired && !Bonded is not a bond.
+        try mock.addProperties(pathA, "org.bluez.Device1", ["Bonded": .bool(true)])
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["Bonded": .bool(false)])
+        try runUntil(mock.loop, "bond lost") { rec.has(.bondChanged(addrA, bonded: false)) }
+        #expect(client.views(for: [addrA])[addrA] == BlueZDeviceView(exists: true, bonded: false, connected: true, servicesResolved: true))
+
+        // A repeated value is not a change.
+        let before = rec.events.count
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["Connected": .bool(true), "Alias": .string("Strap")])
+        try mock.emit(pathA, "org.bluez.Device1", "Disconnected", "ss", [.string("org.bluez.Reason.Timeout"), .string("Connection timeout")])
+        try runUntil(mock.loop, "Disconnected") { rec.has(.disconnectReason(addrA, reason: "org.bluez.Reason.Timeout", message: "Connection timeout")) }
+        #expect(rec.events.count == before + 1)
+        #expect(client.device(addrA)?.name == "Strap")
+
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["Connected": .bool(false), "ServicesResolved": .bool(false)])
+        try runUntil(mock.loop, "link down") { rec.has(.connectedChanged(addrA, false)) && rec.has(.servicesResolvedChanged(addrA, false)) }
+
+        // Battery1 appears with the link and reports its percentage.
+        try mock.addProperties(pathA, "org.bluez.Battery1", ["Percentage": .byte(77)])
+        try mock.interfacesAdded(pathA, ["org.bluez.Battery1": ["Percentage": .byte(77)]])
+        try runUntil(mock.loop, "battery") { rec.has(.battery(addrA, 77)) }
+        #expect(client.device(addrA)?.battery == 77)
+
+        var removed: BlueZFailure?? = .none
+        client.removeDevice(addrA) { removed = .some($0) }
+        try runUntil(mock.loop, "RemoveDevice") { removed != nil }
+        #expect(removed == .some(nil))
+        try runUntil(mock.loop, "deviceRemoved") { rec.has(.deviceRemoved(addrA)) }
+        #expect(client.device(addrA) == nil)
+        #expect(client.views(for: [addrA])[addrA] == .absent)
+    }
+
+    @Test func powerOffAndOn() throws {
+        let mock = try MockBlueZ()
+        try mock.addAdapter()
+        let (client, rec, _) = try mock.startClient()
+        try mock.updateProperties("/org/bluez/hci0", "org.bluez.Adapter1", ["Powered": .bool(false)])
+        try runUntil(mock.loop, "adapterGone") { rec.has(.adapterGone(reason: "powered-off")) }
+        #expect(!client.isReady && client.adapter?.powered == false)
+        try mock.updateProperties("/org/bluez/hci0", "org.bluez.Adapter1", ["Powered": .bool(true)])
+        try runUntil(mock.loop, "adapterReady again") { rec.readyCount == 2 }
+        #expect(rec.goneCount == 1)
+        #expect(client.stats.applicationRegistrations == 1, "a power cycle keeps the registration")
+    }
+
+    @Test func adapterRemovedWithDevicesReportsNoRemovals() throws {
+        let mock = try MockBlueZ()
+        try mock.addAdapter()
+        try mock.addDevice("hci0", devA)
+        let (client, rec, conn) = try mock.startClient()
+        try mock.call("/", "org.bluez.Mock", "RemoveAdapterWithDevices", [.string("hci0")])
+        try runUntil(mock.loop, "adapterGone") { rec.has(.adapterGone(reason: "removed")) }
+        // Let the removal grace pass: the device removal must not surface.
+        var graceOver = false
+        _ = mock.loop.schedule(after: .milliseconds(300)) { graceOver = true }
+        try runUntil(mock.loop, "grace") { graceOver }
+        #expect(!rec.events.contains { if case .deviceRemoved = $0 { true } else { false } })
+        #expect(client.adapter == nil)
+
+        try mock.addAdapter("hci0")
+        try mock.setRegistrar("/org/bluez/hci0", conn.uniqueName)
+        try runUntil(mock.loop, "adapterReady again") { rec.readyCount == 2 }
+        // The first attempt may race the test adding GattManager1 to the new adapter: retried.
+        try runUntil(mock.loop, "application registered") { client.registeredAutoConnectUUIDs != nil }
+        #expect(client.stats.applicationRegistrations == 2, "a new adapter object needs the application again")
+        #expect(try mock.applications("/org/bluez/hci0")["/org/paird/app"] == [ServiceUUID.heartRate])
+    }
+
+    @Test func bluetoothdRestartRebuildsAndReregisters() throws {
+        let mock = try MockBlueZ()
+        try mock.addAdapter()
+        try mock.addDevice("hci0", devA)
+        let (client, rec, conn) = try mock.startClient()
+        #expect(try mock.calls("/org/bluez", "RegisterAgent").first == [.objectPath("/org/paird/agent"), .string("NoInputNoOutput")])
+        #expect(try mock.calls("/org/bluez", "RequestDefaultAgent").count == 1)
+
+        mock.stopMock()
+        try runUntil(mock.loop, "adapterGone") { rec.has(.adapterGone(reason: "bluetoothd-gone")) }
+        #expect(client.adapter == nil && client.device(addrA) == nil)
+        #expect(client.views(for: [addrA])[addrA] == .absent)
+        var failure: BlueZFailure?? = .none
+        client.connect(addrA, timeout: .seconds(45)) { failure = .some($0) }
+        try runUntil(mock.loop, "connect while gone") { failure != nil }
+        #expect(failure == .some(.adapterUnavailable))
+
+        try mock.startMock()
+        try mock.addAdapter()
+        try mock.setRegistrar("/org/bluez/hci0", conn.uniqueName)
+        try mock.addDevice("hci0", devA)
+        try runUntil(mock.loop, "adapterReady again", limit: .seconds(15)) { rec.readyCount == 2 }
+        try runUntil(mock.loop, "application registered") { client.registeredAutoConnectUUIDs != nil }
+        #expect(client.stats.agentRegistrations == 2)
+        #expect(client.stats.applicationRegistrations == 2)
+        #expect(try mock.calls("/org/bluez", "RegisterAgent").count == 1, "registered with the new bluetoothd")
+        #expect(try mock.applications("/org/bluez/hci0")["/org/paird/app"] == [ServiceUUID.heartRate])
+        try runUntil(mock.loop, "device back in cache") { client.device(addrA) != nil }
+        // Order: ready, gone, ready.
+        let lifecycle = rec.events.filter { if case .adapterReady = $0 { true } else if case .adapterGone = $0 { true } else { false } }
+        #expect(lifecycle.count == 3)
+    }
+
+    @Test func bluetoothdStoppingInOrderReportsGoneBeforeAnyRemoval() throws {
+        // What a SIGTERM'd bluetoothd sends (testbed.md): Connected=false, Powered=false,
+        // InterfacesRemoved for every object, then NameOwnerChanged.
+        let mock = try MockBlueZ()
+        try mock.addAdapter()
+        try mock.addDevice("hci0", devA)
+        let (_, rec, _) = try mock.startClient()
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["Connected": .bool(true)])
+        try runUntil(mock.loop, "connected") { rec.has(.connectedChanged(addrA, true)) }
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["Connected": .bool(false)])
+        try mock.updateProperties("/org/bluez/hci0", "org.bluez.Adapter1", ["Powered": .bool(false)])
+        try mock.interfacesRemoved(pathA, ["org.bluez.Device1"])
+        try mock.interfacesRemoved("/org/bluez/hci0", ["org.bluez.Adapter1"])
+        mock.stopMock()
+        try mock.waitForMockGone()
+        try runUntil(mock.loop, "gone") { rec.goneCount == 1 }
+        var graceOver = false
+        _ = mock.loop.schedule(after: .milliseconds(300)) { graceOver = true }
+        try runUntil(mock.loop, "grace") { graceOver }
+        let tail = rec.events.suffix(2)
+        #expect(Array(tail) == [.connectedChanged(addrA, false), .adapterGone(reason: "powered-off")])
+        #expect(rec.goneCount == 1)
+    }
+
+    @Test func discoveryFilterIsSent() throws {
+        let mock = try MockBlueZ()
+        try mock.addAdapter()
+        let (client, rec, _) = try mock.startClient()
+        var done: BlueZFailure?? = .none
+        client.startDiscovery(serviceUUIDs: ["180d"], address: addrA) { done = .some($0) }
+        try runUntil(mock.loop, "discovery") { done != nil }
+        #expect(done == .some(nil))
+        let filter = try #require(mock.calls("/org/bluez/hci0", "SetDiscoveryFilter").last?.first?.dictionary)
+        #expect(filter["UUIDs"]?.unwrapped.stringArray == [ServiceUUID.heartRate])
+        #expect(filter["Transport"]?.unwrapped.string == "le")
+        #expect(filter["DuplicateData"]?.unwrapped.bool == false)
+        #expect(filter["Pattern"]?.unwrapped.string == devA)
+        #expect(try mock.calls("/org/bluez/hci0", "StartDiscovery").count == 1)
+        // While discovering, new advertisement data is a deviceFound.
+        try mock.addDevice("hci0", devA)
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["RSSI": .int16(-50)])
+        try runUntil(mock.loop, "rssi update") {
+            rec.count { if case .deviceFound(let d) = $0 { d.rssi == -50 } else { false } } == 1
+        }
+        client.stopDiscovery()
+        try eventually(mock.loop, "StopDiscovery") { try mock.calls("/org/bluez/hci0", "StopDiscovery").count == 1 }
+    }
+
+    @Test func requestsAndErrorMapping() throws {
+        let mock = try MockBlueZ()
+        try mock.addAdapter()
+        try mock.addDevice("hci0", devA)
+        let (client, _, _) = try mock.startClient()
+
+        func run(_ what: String, _ body: (@escaping (BlueZFailure?) -> Void) -> Void) throws -> BlueZFailure? {
+            var out: BlueZFailure?? = .none
+            body { out = .some($0) }
+            try runUntil(mock.loop, what) { out != nil }
+            return out!
+        }
+        func failing(_ method: String, _ name: String, _ message: String) throws {
+            try mock.addMethod(pathA, "org.bluez.Device1", method, in: "", out: "", code:
+                "raise dbus.exceptions.DBusException('\(message)', name='\(name)')")
+        }
+
+        #expect(try run("connect") { client.connect(addrA, timeout: .seconds(45), reply: $0) } == nil)
+        #expect(try run("disconnect") { client.disconnect(addrA, reply: $0) } == nil)
+        #expect(try run("disconnect again") { client.disconnect(addrA, reply: $0) } == .notConnected)
+        #expect(try run("pair") { client.pair(addrA, timeout: .seconds(30), reply: $0) } == nil)
+        #expect(try run("pair again") { client.pair(addrA, timeout: .seconds(30), reply: $0) } == .alreadyExists)
+
+        let table: [(String, String, String, BlueZFailure)] = [
+            ("Connect", "org.bluez.Error.Failed", "le-connection-abort-by-local", .abortedByLocal),
+            ("Connect", "org.bluez.Error.Failed", "br-connection-canceled", .canceled),
+            ("Connect", "org.bluez.Error.Failed", "Operation already in progress", .busy),
+            ("Connect", "org.bluez.Error.Failed", "le-connection-adapter-not-powered", .adapterUnavailable),
+            ("Connect", "org.bluez.Error.InProgress", "In Progress", .busy),
+            ("Pair", "org.bluez.Error.AuthenticationFailed", "Authentication Failed", .authentication),
+            ("Pair", "org.bluez.Error.AuthenticationCanceled", "Authentication Canceled", .authenticationAborted),
+            ("Pair", "org.bluez.Error.ConnectionAttemptFailed", "Page Timeout", .connectTimeout),
+            ("Pair", "org.bluez.Error.Failed", "Software caused connection abort", .abortedByLocal),
+        ]
+        for (method, name, message, expected) in table {
+            try failing(method, name, message)
+            let got = try run("\(method) \(name)") { done in
+                if method == "Connect" { client.connect(addrA, timeout: .seconds(45), reply: done) }
+                else { client.pair(addrA, timeout: .seconds(30), reply: done) }
+            }
+            #expect(got == expected, "\(name) \"\(message)\"")
+        }
+        // Every issued call counts (1 + the table's 5 Connects; 2 + 4 Pairs).
+        #expect(client.stats.connectCalls[addrA] == 6)
+        #expect(client.stats.pairCalls[addrA] == 6)
+
+        // A device BlueZ does not know: UnknownObject → deviceGone.
+        let ghost = DeviceAddress("AA:BB:CC:DD:EE:99")!
+        #expect(try run("connect ghost") { client.connect(ghost, timeout: .seconds(45), reply: $0) } == .deviceGone)
+        #expect(try run("remove ghost") { client.removeDevice(ghost, reply: $0) } != nil)
+
+        // Trusted goes through Properties.Set and comes back as a property change.
+        #expect(try run("trust") { client.setTrusted(addrA, true, reply: $0) } == nil)
+        try runUntil(mock.loop, "Trusted in cache") { client.device(addrA)?.trusted == true }
+
+        // ServicesResolved read with Get (the mock keeps what UpdateProperties set).
+        var resolved: Bool?? = .none
+        client.readServicesResolved(addrA) { resolved = .some($0) }
+        try runUntil(mock.loop, "Get") { resolved != nil }
+        #expect(resolved == .some(false))
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["ServicesResolved": .bool(true)])
+        resolved = .none
+        client.readServicesResolved(addrA) { resolved = .some($0) }
+        try runUntil(mock.loop, "Get") { resolved != nil }
+        #expect(resolved == .some(true))
+
+        client.cancelPairing(addrA)
+        try eventually(mock.loop, "CancelPairing") { try mock.calls(pathA, "CancelPairing").count == 1 }
+    }
+
+    @Test func setUpLinkFindsCharacteristicsByUUID() throws {
+        let mock = try MockBlueZ()
+        try mock.addAdapter()
+        try mock.addDevice("hci0", devA)
+        try mock.addGatt(device: pathA)
+        let (client, rec, _) = try mock.startClient()
+        let hrm = pathA + "/service000a/char000b"
+        let bat = pathA + "/service000e/char000f"
+
+        var done: BlueZFailure?? = .none
+        client.setUpLink(addrA, subscribe: ["2a37", "0000ffff-0000-1000-8000-00805f9b34fb"], battery: true) { done = .some($0) }
+        try runUntil(mock.loop, "setUpLink") { done != nil }
+        #expect(done == .some(nil), "a missing characteristic is not a failure")
+        #expect(try mock.calls(hrm, "StartNotify").count == 1)
+        #expect(try mock.calls(bat, "StartNotify").count == 1)
+        #expect(try mock.calls(bat, "ReadValue").count == 1)
+        #expect(rec.has(.battery(addrA, 85)))
+        #expect(client.device(addrA)?.battery == 85)
+
+        try mock.updateProperties(hrm, MockBlueZ.gattChar, ["Value": .bytes([0x06, 72])])
+        try runUntil(mock.loop, "notification") {
+            rec.has(.notification(addrA, characteristic: ServiceUUID.heartRateMeasurement, value: [0x06, 72]))
+        }
+        try mock.updateProperties(bat, MockBlueZ.gattChar, ["Value": .bytes([84])])
+        try runUntil(mock.loop, "battery notification") { rec.has(.battery(addrA, 84)) }
+
+        // Handles move (firmware update): objects vanish and come back elsewhere.
+        for path in [hrm, pathA + "/service000a", bat, pathA + "/service000e"] {
+            try mock.call("/", MockBlueZ.mockIface, "RemoveObject", [.objectPath(path)])
+        }
+        try mock.interfacesRemoved(hrm, [MockBlueZ.gattChar])
+        try mock.interfacesRemoved(bat, [MockBlueZ.gattChar])
+        try mock.addGatt(device: pathA, hrService: "service0010", hrChar: "char0011", batService: "service0020", batChar: "char0021", batteryLevel: 60)
+        let moved = pathA + "/service0010/char0011"
+        try runUntil(mock.loop, "moved characteristics in cache") {
+            client.characteristics(of: addrA).map(\.path) == [moved, pathA + "/service0020/char0021"]
+        }
+        done = .none
+        client.setUpLink(addrA, subscribe: [ServiceUUID.heartRateMeasurement], battery: true) { done = .some($0) }
+        try runUntil(mock.loop, "setUpLink after move") { done != nil }
+        #expect(done == .some(nil))
+        #expect(try mock.calls(moved, "StartNotify").count == 1)
+        #expect(rec.has(.battery(addrA, 60)))
+
+        // A characteristic that fails StartNotify fails the set-up.
+        try mock.addMethod(moved, MockBlueZ.gattChar, "StartNotify", in: "", out: "", code:
+            "raise dbus.exceptions.DBusException('Not paired', name='org.bluez.Error.NotPermitted')")
+        done = .none
+        client.setUpLink(addrA, subscribe: ["2a37"], battery: false) { done = .some($0) }
+        try runUntil(mock.loop, "setUpLink failing") { done != nil }
+        #expect(done == .some(.authentication))
+
+        let ghost = DeviceAddress("AA:BB:CC:DD:EE:99")!
+        done = .none
+        client.setUpLink(ghost, subscribe: ["2a37"], battery: true) { done = .some($0) }
+        try runUntil(mock.loop, "setUpLink ghost") { done != nil }
+        #expect(done == .some(.deviceGone))
+    }
+
+    @Test func agentAcceptsJustWorksAndRejectsPasskeys() throws {
+        let mock = try MockBlueZ()
+        try mock.addAdapter()
+        try mock.addDevice("hci0", devA)
+        let (_, rec, conn) = try mock.startClient()
+        for method in ["RequestConfirmation", "RequestAuthorization", "AuthorizeService"] {
+            #expect(try mock.callAgent(of: conn.uniqueName, method, device: pathA) == "ok", "\(method)")
+        }
+        #expect(try mock.callAgent(of: conn.uniqueName, "RequestPasskey", device: pathA) == "org.bluez.Error.Rejected")
+        #expect(rec.has(.passkeyRequested(addrA)))
+        #expect(try mock.callAgent(of: conn.uniqueName, "RequestPinCode", device: pathA) == "org.bluez.Error.Rejected")
+    }
+
+    @Test func strangerCannotDriveAgent() throws {
+        let mock = try MockBlueZ()
+        try mock.addAdapter()
+        let (_, _, conn) = try mock.startClient()
+        var result: Result<[DBusValue], DBusError>?
+        mock.control.call(destination: conn.uniqueName, path: BlueZClient.agentPath, interface: "org.bluez.Agent1",
+                          method: "RequestAuthorization", args: [.objectPath(pathA)], timeout: .seconds(5)) { result = $0 }
+        try runUntil(mock.loop, "reply") { result != nil }
+        #expect(throws: DBusError.self) { try result!.get() }
+        if case .failure(let e) = result { #expect(e.name == "org.bluez.Error.Rejected") }
+    }
+
+    @Test func autoConnectUUIDsReRegisterTheApplication() throws {
+        let mock = try MockBlueZ()
+        try mock.addAdapter()
+        let (client, _, conn) = try mock.startClient()
+        #expect(try mock.applications("/org/bluez/hci0") == ["/org/paird/app": [ServiceUUID.heartRate]])
+        // Our application root answers GetManagedObjects with the profile, as BlueZ reads it.
+        client.setAutoConnectUUIDs(["180d", "0x180F", "180d"])
+        try runUntil(mock.loop, "re-registration") { client.registeredAutoConnectUUIDs == [ServiceUUID.heartRate, ServiceUUID.battery] }
+        #expect(try mock.applications("/org/bluez/hci0") == ["/org/paird/app": [ServiceUUID.heartRate, ServiceUUID.battery]])
+        #expect(try mock.calls("/org/bluez/hci0", "UnregisterApplication").count == 1)
+        client.setAutoConnectUUIDs(["180D", "180f"])   // same set: nothing to do
+        client.setAutoConnectUUIDs([])
+        try runUntil(mock.loop, "unregistered") { client.registeredAutoConnectUUIDs == nil }
+        #expect(try mock.applications("/org/bluez/hci0").isEmpty)
+        #expect(client.stats.applicationRegistrations == 2)
+
+        var stopped = false
+        client.stop { stopped = true }
+        try runUntil(mock.loop, "stop") { stopped }
+        #expect(try mock.calls("/org/bluez", "UnregisterAgent").count == 1)
+        _ = conn
+    }
+
+    @Test func malformedSignalsAreIgnored() throws {
+        let mock = try MockBlueZ()
+        try mock.addAdapter()
+        try mock.addDevice("hci0", devA)
+        let (client, rec, _) = try mock.startClient()
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["Connected": .bool(true)])
+        try runUntil(mock.loop, "connected") { rec.has(.connectedChanged(addrA, true)) }
+        let ignoredBefore = client.stats.signalsIgnored
+        let eventsBefore = rec.events.count
+
+        let props = "org.freedesktop.DBus.Properties"
+        try mock.emit(pathA, props, "PropertiesChanged", "sas", [.string("org.bluez.Device1"), .stringArray(["Connected"])])
+        try mock.emit(pathA, props, "PropertiesChanged", "s", [.string("org.bluez.Device1")])
+        try mock.emit(pathA, props, "PropertiesChanged", "sa{sv}as",
+                      [.string("org.bluez.Device1"), .vardict(["Connected": .string("no"), "Paired": .int32(0)]), .stringArray([])])
+        try mock.emit("/", "org.freedesktop.DBus.ObjectManager", "InterfacesAdded", "os", [.objectPath(pathA), .string("x")])
+        try mock.emit("/", "org.freedesktop.DBus.ObjectManager", "InterfacesRemoved", "o", [.objectPath(pathA)])
+        try mock.emit(pathA, "org.bluez.Device1", "Disconnected", "s", [.string("org.bluez.Reason.Timeout")])
+        try mock.emit(pathA, props, "PropertiesChanged", "sa{sv}as",
+                      [.string("org.bluez.Battery1"), .vardict(["Percentage": .string("junk")]), .stringArray([])])
+        // A well-formed change after the junk still arrives.
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["ServicesResolved": .bool(true)])
+        try runUntil(mock.loop, "valid event after junk") { rec.has(.servicesResolvedChanged(addrA, true)) }
+        #expect(rec.events.count == eventsBefore + 1)
+        #expect(client.stats.signalsIgnored >= ignoredBefore + 5)
+        let info = try #require(client.device(addrA))
+        #expect(info.connected && !info.paired, "values of the wrong type do not overwrite the cache")
+    }
+
+    @Test func signalStormUpdatesTheCacheInPlace() throws {
+        let mock = try MockBlueZ()
+        try mock.addAdapter()
+        try mock.addDevice("hci0", devA)
+        try mock.addGatt(device: pathA)
+        let (client, rec, _) = try mock.startClient()
+        var done: BlueZFailure?? = .none
+        client.setUpLink(addrA, subscribe: ["2a37"], battery: false) { done = .some($0) }
+        try runUntil(mock.loop, "setUpLink") { done != nil }
+        let objectsBefore = client.cachedObjectCount
+        let hrm = pathA + "/service000a/char000b"
+        // One mock call emits many changes (the mock's loop runs them back to back).
+        try mock.addMethod("/", "org.paird.Test", "Storm", in: "su", out: "", code: """
+        o = objects[args[0]]
+        for i in range(args[1]):
+            o.EmitSignal('org.freedesktop.DBus.Properties', 'PropertiesChanged', 'sa{sv}as', ['org.bluez.GattCharacteristic1', {'Value': dbus.Array([dbus.Byte(6), dbus.Byte(i % 256)], signature='y', variant_level=1)}, dbus.Array([], signature='s')])
+        """)
+        try mock.call("/", "org.paird.Test", "Storm", [.string(hrm), .uint32(2000)])
+        try runUntil(mock.loop, "2000 notifications", limit: .seconds(30)) {
+            rec.count { if case .notification = $0 { true } else { false } } == 2000
+        }
+        #expect(client.cachedObjectCount == objectsBefore)
+    }
+}
