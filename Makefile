@@ -6,7 +6,7 @@ SYSCONFDIR   ?= /etc
 UNITDIR      ?= /etc/systemd/system
 RELEASE_BIN   = .build/release
 
-.PHONY: all deps build release test unit e2e demo bench install uninstall clean
+.PHONY: all deps build release test unit e2e demo bench soak install uninstall clean
 
 all: build
 
@@ -37,10 +37,16 @@ demo: release
 	Tests/testbed/demo.sh
 
 ## bench: programs that print figures (see BENCHMARKS.md).
-bench: deps
+bench: deps release
 	$(SWIFT) build -c release --product PairingBench
 	$(RELEASE_BIN)/PairingBench 1 3
 	$(RELEASE_BIN)/PairingBench 100 3
+	if [ -x Tests/bench/bench.sh ]; then Tests/bench/bench.sh; fi
+
+## soak: the long reliability runs (the short versions run in `make test`).
+soak: deps release
+	$(SWIFT) build --build-tests
+	PAIRD_SOAK_KILLS=$${PAIRD_SOAK_KILLS:-200} $(SWIFT) test --skip-build --filter ReliabilityTests
 
 install: release
 	install -D -m 0755 $(RELEASE_BIN)/paird   $(DESTDIR)$(PREFIX)/sbin/paird

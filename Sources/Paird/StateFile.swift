@@ -24,6 +24,7 @@ public struct StateFile: Sendable {
     /// Reads the file; anything unusable (corrupt, truncated, oversized, future version) is moved
     /// aside, never deleted, so a person can look at it.
     public func load(now: Date = Date()) throws -> LoadResult {
+        removeStaleTemporaries()
         // Reading one byte past the limit is enough to know a file is too large.
         guard let bytes = try readFile(path, limit: PersistedState.maximumSize + 1) else { return .missing }
         do {
@@ -33,6 +34,17 @@ public struct StateFile: Sendable {
             let aside = "\(path).corrupt-\(stamp)"
             if rename(path, aside) != 0 { throw SystemError("rename \(path) to \(aside)", errno) }
             return .quarantined(error, movedTo: aside)
+        }
+    }
+
+    /// A crash between creating the temporary file and renaming it leaves `state.json.tmp-XXXXXX`
+    /// behind; it was never the state, so it is removed at the next start.
+    func removeStaleTemporaries() {
+        let url = URL(fileURLWithPath: path)
+        let dir = url.deletingLastPathComponent().path
+        let prefix = url.lastPathComponent + ".tmp-"
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? [] where name.hasPrefix(prefix) {
+            unlink(dir + "/" + name)
         }
     }
 
