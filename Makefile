@@ -19,6 +19,7 @@ build: deps
 release: deps
 	$(SWIFT) build -c release --product paird
 	$(SWIFT) build -c release --product pairctl
+	$(SWIFT) build -c release --product bluez-probe
 
 ## test: every tier — unit + integration (swift test), then end-to-end on the real-BlueZ test bed.
 test: unit e2e
