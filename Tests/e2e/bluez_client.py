@@ -4,9 +4,11 @@
 discover, pair, GATT set-up, notifications, walk-away and come-back (auto-connect armed by the
 client's GattProfile1, Connect() fallback), bluetoothd restart (registrations redone, reconnect).
 
-The probe binary: $BLUEZ_PROBE_BIN, else <repo>/.build/release/bluez-probe
+The probe binary: $BLUEZ_PROBE_BIN, else <repo>/.build/release/bluez-probe, else
+<repo>/.build-bluez/release/bluez-probe
 (`swift build -c release --product bluez-probe`). The probe prints "✓ step", "✗ step: why" or
 "await <what>" (it waits for this scenario to act); every wait here and there has a deadline."""
+import os
 import queue
 import subprocess
 import threading
@@ -14,7 +16,9 @@ import threading
 from bedlib import *
 
 REPO = os.environ.get("BED_REPO", "/work/main")
-PROBE = os.environ.get("BLUEZ_PROBE_BIN", os.path.join(REPO, ".build/release/bluez-probe"))
+_candidates = [os.environ.get("BLUEZ_PROBE_BIN"), os.environ.get("BED_X_BLUEZ_PROBE_BIN"),
+               os.path.join(REPO, ".build/release/bluez-probe"), os.path.join(REPO, ".build-bluez/release/bluez-probe")]
+PROBE = next((c for c in _candidates if c and os.access(c, os.X_OK)), _candidates[2])
 
 
 class Probe:
