@@ -73,6 +73,10 @@ public final class BlueZClient {
 
     private var adapterPath: String?
     private var ready = false
+    /// An adapterGone was emitted without a preceding adapterReady (start without a usable adapter).
+    private var announcedAbsence = false
+    /// GetNameOwner(org.bluez) said nobody owns it.
+    private var bluetoothdKnownAbsent = false
 
     private enum Registration { case none, pending, settled }
     private var agentState = Registration.none
@@ -446,6 +450,8 @@ public final class BlueZClient {
             case .failure(let e):
                 // Not running: wait for NameOwnerChanged (never activate it ourselves).
                 self.note("org.bluez not on the bus (\(e.name)); waiting for it")
+                self.bluetoothdKnownAbsent = true
+                self.evaluate()
             }
         }
     }
@@ -484,6 +490,7 @@ public final class BlueZClient {
         if owner == name && synced { return }
         if owner != nil && owner != name { bluetoothdLeft() }
         owner = name
+        bluetoothdKnownAbsent = false
         generation += 1
         synced = false
         let gen = generation
@@ -546,8 +553,16 @@ public final class BlueZClient {
         let up = info?.powered == true && agentState == .settled && appSettled
         if up, !ready, let info {
             ready = true
+            announcedAbsence = false
             note("adapter \(info.name) ready")
             emit(.adapterReady(info))
+        } else if !up, !ready, !announcedAbsence, synced ? info?.powered != true : bluetoothdKnownAbsent {
+            // First settled view and no usable adapter (none, wrong selector, powered off, or no
+            // bluetoothd at all): say so once, so the daemon can finish starting (READY=1).
+            announcedAbsence = true
+            let reason = !synced ? AdapterGoneReason.bluetoothdGone : info == nil ? AdapterGoneReason.removed : AdapterGoneReason.poweredOff
+            note("no usable adapter: \(reason)")
+            emit(.adapterGone(reason: reason))
         } else if !up, ready {
             ready = false
             pendingRemovals = []

@@ -125,6 +125,39 @@ struct IntegrationTests {
         #expect(try host.status().daemon.running)
     }
 
+    @Test("READY=1 with an adapter, and also without a usable one or without bluetoothd; STATUS= lines; STOPPING=1",
+          arguments: ["hci0", "hci7", "no-bluetoothd"])
+    func readiness(adapter: String) throws {
+        let host = try MockedHost()
+        if adapter == "no-bluetoothd" { host.killBlueZ() }
+        let notify = try NotifySocket(in: host.dir)
+        try host.startPaird(adapter == "no-bluetoothd" ? [] : ["--adapter", adapter],
+                            env: ["NOTIFY_SOCKET": notify.path], waitReady: false)
+        try waitFor("READY=1", deadline: 15) { notify.received("READY=1") }
+        #expect(notify.messages.contains { $0.contains("STATUS=") })
+        #expect(!notify.messages.contains { $0.contains("WATCHDOG=1") }, "no watchdog pings without WATCHDOG_USEC")
+        try host.stopPaird()
+        #expect(notify.received("STOPPING=1"))
+    }
+
+    @Test("WATCHDOG=1 at half of WATCHDOG_USEC, from the event loop")
+    func watchdog() throws {
+        let host = try MockedHost()
+        let notify = try NotifySocket(in: host.dir)
+        try host.startPaird(env: ["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "400000"], waitReady: false)
+        try waitFor("three WATCHDOG=1 pings", deadline: 15) {
+            notify.drain().filter { $0.contains("WATCHDOG=1") }.count >= 3
+        }
+        // A stopped loop stops pinging (what systemd's watchdog then acts on).
+        kill(host.paird!.processIdentifier, SIGSTOP)
+        _ = notify.drain()
+        let before = notify.messages.count
+        usleep(600_000) // deliberately: the process is frozen; nothing can arrive
+        #expect(notify.drain().count == before)
+        kill(host.paird!.processIdentifier, SIGCONT)
+        try waitFor("pings again after SIGCONT", deadline: 10) { notify.drain().count > before }
+    }
+
     @Test("a missing adapter: status says so, pairing exits 9")
     func missingAdapter() throws {
         let host = try MockedHost()

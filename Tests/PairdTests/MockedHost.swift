@@ -139,11 +139,11 @@ final class MockedHost {
         return Int(r.out.trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1
     }
 
-    func startPaird(_ extra: [String] = []) throws {
+    func startPaird(_ extra: [String] = [], env extraEnv: [String: String] = [:], waitReady: Bool = true) throws {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: Self.pairdBin)
         p.arguments = ["--state-file", statePath, "--config", dir.appendingPathComponent("paird.conf").path] + extra
-        p.environment = env
+        p.environment = env.merging(extraEnv) { $1 }
         FileManager.default.createFile(atPath: pairdLog, contents: nil)
         let log = FileHandle(forWritingAtPath: pairdLog)!
         log.seekToEndOfFile()
@@ -152,7 +152,12 @@ final class MockedHost {
         try p.run()
         processes.append(p)
         paird = p
-        try waitFor("paird answering GetStatus", deadline: 15) { self.pairctl("status").status == 0 }
+        if waitReady { try waitFor("paird answering GetStatus", deadline: 15) { self.pairctl("status").status == 0 } }
+    }
+
+    /// Kills the mocked bluetoothd (as SIGKILL would: no signals first).
+    func killBlueZ() {
+        python("import os, subprocess; pid = b.call_blocking('org.freedesktop.DBus', '/org/freedesktop/DBus', 'org.freedesktop.DBus', 'GetConnectionUnixProcessID', 's', ['org.bluez']); os.kill(pid, 9)")
     }
 
     func stopPaird() throws {
@@ -188,4 +193,44 @@ func waitFor(_ what: String, deadline: Double, _ condition: () throws -> Bool) t
         usleep(50_000)
     }
     throw Failure("timed out after \(deadline) s waiting for \(what)")
+}
+
+/// A NOTIFY_SOCKET for paird: an AF_UNIX datagram socket collecting sd_notify messages.
+final class NotifySocket {
+    let path: String
+    private let fd: Int32
+    private(set) var messages: [String] = []
+
+    init(in dir: URL) throws {
+        path = dir.appendingPathComponent("notify.sock").path
+        fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+        var addr = sockaddr_un()
+        addr.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &addr.sun_path) { buf in
+            for (i, b) in path.utf8.enumerated() where i < buf.count - 1 { buf[i] = b }
+        }
+        let rc = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        if rc != 0 { throw Failure("bind \(path): errno \(errno)") }
+        var tv = timeval(tv_sec: 0, tv_usec: 100_000)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+    }
+
+    deinit { close(fd) }
+
+    /// Receives what has arrived (waits at most 100 ms).
+    func drain() -> [String] {
+        var buf = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = recv(fd, &buf, buf.count, 0)
+            if n <= 0 { break }
+            messages.append(String(decoding: buf[0..<n], as: UTF8.self))
+        }
+        return messages
+    }
+
+    func received(_ assignment: String) -> Bool {
+        drain().contains { $0.split(separator: "\n").contains(Substring(assignment)) }
+    }
 }
