@@ -510,14 +510,18 @@ public struct PairingMachine: Sendable {
 
     // MARK: User intent
 
+    /// Records the user's intent; intent is what the state file is for, so a change is persisted.
+    private mutating func setWanted(_ i: Int, _ wanted: Wanted, _ now: Moment, _ actions: inout [Action]) {
+        guard slots[i].wanted != wanted else { return }
+        slots[i].wanted = wanted
+        slots[i].updatedAt = now.unixTime
+        actions.append(.persist)
+    }
+
     private mutating func userConnect(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
         guard let i = slot[a] else { return }
         let d = slots[i]
-        if d.wanted != .connected {
-            slots[i].wanted = .connected
-            slots[i].updatedAt = now.unixTime
-            actions.append(.persist)
-        }
+        setWanted(i, .connected, now, &actions)
         switch d.state {
         case .disconnected:
             actions.append(.setTrusted(a, true))
@@ -541,11 +545,7 @@ public struct PairingMachine: Sendable {
     private mutating func userDisconnect(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
         guard let i = slot[a] else { return }
         let d = slots[i]
-        if d.wanted != .disconnected {
-            slots[i].wanted = .disconnected
-            slots[i].updatedAt = now.unixTime
-            actions.append(.persist)
-        }
+        setWanted(i, .disconnected, now, &actions)
         switch d.state {
         case .connecting, .discovering, .connected, .waitingForDevice:
             // Untrusted + Disconnect() also turns BlueZ's auto-connect off for it (device.c dev_disconnect).
