@@ -163,8 +163,11 @@ def scenario(fn):
     def run():
         print(f"scenario {os.path.basename(sys.argv[0])} ({MODE} mode)", flush=True)
         rc = 0
+        skipped = None
         try:
             fn()
+        except _Skip as e:
+            skipped = str(e)
         except BaseException as e:  # noqa: BLE001
             rc = 1
             print("\nFAILED:", f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)
@@ -176,6 +179,10 @@ def scenario(fn):
                 print(f"(cleanup {c.__name__} failed: {e})", file=sys.stderr)
         ok = sum(1 for s in _steps if s[2])
         print(f"\n{ok}/{len(_steps)} steps passed in {now() - T0:.1f} s", flush=True)
+        if skipped is not None and rc == 0:
+            print(f"SKIPPED: {skipped}", flush=True)
+            with contextlib.suppress(OSError), open(os.path.join(OUT, "SKIPPED"), "w") as f:
+                f.write(skipped + "\n")
         sys.exit(rc)
     return run
 
@@ -437,5 +444,326 @@ class Central:
                         deadline, f"bluetoothd back with {self.adapter} powered")
 
 
+
+# ------------------------------------------------------------------ paird (the daemon under test)
+REPO = os.environ.get("BED_REPO", os.path.dirname(os.path.dirname(TESTBED)))
+PAIRD_STATE_DIR = "/var/lib/paird"
+PAIRD_STATE = f"{PAIRD_STATE_DIR}/state.json"
+PAIRD_UNIT = "/etc/systemd/system/paird.service"
+PAIRD_UNIT_BIN = "/usr/local/sbin/paird"   # ExecStart= of systemd/paird.service
+
+
+def sh(cmd, timeout=30, check=True):
+    """Run a shell command; return its stdout (raise BedError on failure when check)."""
+    r = subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise BedError(f"`{cmd}` exited {r.returncode}: {(r.stderr or r.stdout).strip()}")
+    return r.stdout
+
+
+def kernel_bug():
+    """The kernel's dmesg line if it hit a BUG / list corruption (see README: Known problems)."""
+    out = subprocess.run(["dmesg"], capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        if "list_del corruption" in line or "kernel BUG" in line or "Oops" in line:
+            return line.strip()
+    return None
+
+
+def skip(why):
+    """End the scenario as skipped: exit 0 with a loud SKIP line (e2e.sh counts it apart)."""
+    print(f"\nSKIP: {why}", flush=True)
+    raise _Skip(why)
+
+
+class _Skip(BaseException):
+    pass
+
+
+def bluez_connect_attempts():
+    """Device1.Connect attempts bluetoothd logged so far (bluetoothd -d: device_connect_le)."""
+    try:
+        with open(os.path.join(OUT, "bluetoothd.log"), errors="replace") as f:
+            return sum(1 for line in f if "device_connect_le()" in line)
+    except FileNotFoundError:
+        return 0
+
+
+class Paird:
+    """paird under test. plain mode: a child process (log: $BED_OUT/paird.log, sd_notify
+    messages received on our own NOTIFY_SOCKET); systemd mode: systemd/paird.service (user
+    paird, binary bind-mounted at its ExecStart path). `pairctl()` runs the real pairctl."""
+
+    def __init__(self, mode=None, state_file=PAIRD_STATE, config=None, adapter=None, unit_dropin=None):
+        self.mode = mode or MODE
+        self.state_file, self.config, self.adapter = state_file, config, adapter
+        self.unit_dropin = unit_dropin
+        self.proc = None
+        self.notify = None      # plain mode: our NOTIFY_SOCKET
+        self.notes = []         # (time, "READY=1" / "STATUS=…" …) received on it
+        self.starts = 0
+        if not PAIRD_BIN or not PAIRCTL_BIN:
+            raise BedError("PAIRD_BIN and PAIRCTL_BIN must be set (e2e.sh defaults them to .build/release)")
+        self.install()
+        at_exit(self.cleanup)
+
+    # -- setup
+    def install(self):
+        """D-Bus policy into /etc/dbus-1/system.d + ReloadConfig, user paird, state directory."""
+        if subprocess.run(["getent", "passwd", "paird"], capture_output=True).returncode != 0:
+            sh("useradd --system --user-group --no-create-home --home-dir /nonexistent "
+               "--shell /usr/sbin/nologin paird")
+        os.makedirs("/etc/dbus-1/system.d", exist_ok=True)
+        sh(f"cp {REPO}/etc/dbus-1/system.d/org.paird1.conf /etc/dbus-1/system.d/org.paird1.conf")
+        sh("dbus-send --system --print-reply --type=method_call --dest=org.freedesktop.DBus / "
+           "org.freedesktop.DBus.ReloadConfig")
+        os.makedirs(os.path.dirname(self.state_file), mode=0o700, exist_ok=True)
+        # every D-Bus message to/from bluetoothd and paird, for post-mortems ($BED_OUT/dbus-monitor.log)
+        mon = subprocess.Popen(["dbus-monitor", "--system", "sender='org.bluez'", "destination='org.bluez'",
+                                "sender='org.paird1'", "destination='org.paird1'"],
+                               stdout=open(os.path.join(OUT, "dbus-monitor.log"), "w"), stderr=subprocess.STDOUT)
+        at_exit(lambda: mon.poll() is None and mon.terminate())
+        if self.mode == "systemd":
+            sh(f"touch {PAIRD_UNIT_BIN} && mount --bind {PAIRD_BIN} {PAIRD_UNIT_BIN}")
+            sh(f"cp {REPO}/systemd/paird.service {PAIRD_UNIT}")
+            d = PAIRD_UNIT + ".d"
+            os.makedirs(d, exist_ok=True)
+            extra = [f"ExecStart={PAIRD_UNIT_BIN}" + (f" --config {self.config}" if self.config else "")
+                     + (f" --adapter {self.adapter}" if self.adapter else "")]
+            with open(f"{d}/bed.conf", "w") as f:
+                f.write("[Service]\nExecStart=\n" + "\n".join(extra) + "\n" + (self.unit_dropin or ""))
+            sh("systemctl daemon-reload")
+        log(f"paird installed ({self.mode} mode): policy reloaded, user paird, {self.state_file}")
+
+    def write_config(self, text, path="/etc/paird/bed.conf"):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+        self.config = path
+        return path
+
+    # -- lifecycle
+    def start(self, wait=True, deadline=30, extra_args=()):
+        self.starts += 1
+        if self.mode == "systemd":
+            sh("systemctl start --no-block paird.service")
+        else:
+            if self.notify is None:
+                self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                path = "/run/bed/paird-notify.sock"
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+                self.notify.bind(path)
+                self.notify.setblocking(False)
+            args = [PAIRD_BIN, "--state-file", self.state_file]
+            if self.config:
+                args += ["--config", self.config]
+            if self.adapter:
+                args += ["--adapter", self.adapter]
+            args += list(extra_args)
+            logf = open(os.path.join(OUT, "paird.log"), "a")
+            logf.write(f"=== paird start #{self.starts} at {now() - T0:.2f}: {' '.join(args)}\n")
+            logf.flush()
+            env = dict(os.environ, NOTIFY_SOCKET="/run/bed/paird-notify.sock")
+            self.notes = []
+            self.proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT, env=env)
+        if wait:
+            return self.wait_ready(deadline)
+        return None
+
+    def _drain(self):
+        while self.notify is not None:
+            try:
+                msg = self.notify.recv(4096).decode(errors="replace")
+            except BlockingIOError:
+                return
+            for line in msg.splitlines():
+                self.notes.append((now(), line))
+
+    def ready(self):
+        if self.mode == "systemd":
+            return sh("systemctl is-active paird.service", check=False).strip() == "active"
+        self._drain()
+        if self.proc.poll() is not None:
+            raise BedFatal(f"paird exited with {self.proc.returncode} (see paird.log)")
+        return any(n == "READY=1" for _, n in self.notes)
+
+    def wait_ready(self, deadline=30):
+        """Wait for READY=1; returns when it was received (plain: the datagram's arrival)."""
+        t = now()
+        wait_for(self.ready, deadline, "paird READY=1")
+        t_ready = next((tn for tn, n in self.notes if n == "READY=1"), now())
+        log(f"paird ready (pid {self.pid()}) after {t_ready - t:.2f} s")
+        return t_ready
+
+    def wait_note(self, pred, deadline, what):
+        """plain mode: wait for an sd_notify line (e.g. "STATUS=…") matching pred; returns
+        (time received, line). Receipt times are accurate to the wait's 50 ms polling."""
+        def found():
+            self._drain()
+            return next(((tn, n) for tn, n in self.notes if pred(n)), None)
+        return wait_for(found, deadline, what)
+
+    def pid(self):
+        if self.mode == "systemd":
+            return int(sh("systemctl show -p MainPID --value paird.service").strip() or 0)
+        return self.proc.pid if self.proc and self.proc.poll() is None else 0
+
+    def running(self):
+        if self.mode == "systemd":
+            return sh("systemctl is-active paird.service", check=False).strip() == "active"
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, sig="TERM", deadline=15):
+        """SIGTERM (or KILL) and wait for the process to end; returns its exit status (plain)."""
+        if self.mode == "systemd":
+            if sig == "KILL":
+                sh("systemctl kill -s KILL paird.service")
+            else:
+                sh("systemctl stop paird.service", timeout=deadline + 5)
+            return None
+        if not self.running():
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(getattr(__import__("signal"), f"SIG{sig}"))
+        wait_for(lambda: self.proc.poll() is not None, deadline, f"paird to exit after SIG{sig}")
+        log(f"paird stopped (SIG{sig}): exit status {self.proc.returncode}")
+        return self.proc.returncode
+
+    def restart(self, deadline=30):
+        self.stop()
+        self.start(deadline=deadline)
+
+    def cleanup(self):
+        if self.mode == "plain" and self.running():
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+    def logtext(self):
+        if self.mode == "systemd":
+            return sh("journalctl -u paird.service -o cat --no-pager", check=False)
+        with open(os.path.join(OUT, "paird.log"), errors="replace") as f:
+            return f.read()
+
+    # -- pairctl
+    def pairctl(self, *args, user=None, timeout=120):
+        """Run pairctl; returns (rc, stdout, stderr). user="nobody": as nobody:nogroup, no groups."""
+        cmd = [PAIRCTL_BIN, *args]
+        if user:
+            cmd = ["setpriv", f"--reuid={user}", "--regid=nogroup", "--clear-groups", *cmd]
+        t = now()
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        log(f"pairctl {' '.join(args)}{' (as ' + user + ')' if user else ''} → exit {r.returncode} "
+            f"in {now() - t:.2f} s")
+        return r.returncode, r.stdout, r.stderr
+
+    def status(self):
+        rc, out, err = self.pairctl("status", "--json")
+        if rc != 0:
+            raise BedError(f"pairctl status --json exited {rc}: {err.strip()}")
+        return json.loads(out)
+
+    def device(self, address=WEARABLE_ADDR):
+        for d in self.status()["devices"]:
+            if d["address"] == address:
+                return d
+        return None
+
+    def state(self, address=WEARABLE_ADDR):
+        d = self.device(address)
+        return d["state"] if d else None
+
+    def wait_state(self, state, deadline, address=WEARABLE_ADDR):
+        """Poll `pairctl status --json` until the device is in `state`; returns the device dict."""
+        seen = []
+
+        def check_state():
+            d = self.device(address)
+            s = d["state"] if d else None
+            if not seen or seen[-1] != s:
+                seen.append(s)
+            return d if s == state else None
+        try:
+            return wait_for(check_state, deadline, f"{address} state {state}", interval=0.2)
+        except BedError:
+            self.diagnose()
+            raise
+        finally:
+            log(f"states seen while waiting for {state}: {' → '.join(map(str, seen))}")
+
+    def diagnose(self):
+        """Log what paird's process is doing (for a paird that stopped answering)."""
+        pid = self.pid()
+        if not pid:
+            log("diagnose: paird is not running")
+            return
+        with contextlib.suppress(OSError):
+            stat = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            cpu, sw = self.cpu()
+            wchan = open(f"/proc/{pid}/wchan").read()
+            log(f"diagnose: paird pid {pid} state {stat[0]}, {cpu:.2f} CPU-s, {sw} switches, wchan {wchan}")
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with contextlib.suppress(OSError):
+                    log(f"  task {tid}: {open(f'/proc/{pid}/task/{tid}/stat').read().rsplit(')', 1)[1].split()[0]} "
+                        f"{open(f'/proc/{pid}/task/{tid}/stack').read().strip().replace(chr(10), ' | ')[:300]}")
+        line = kernel_bug()
+        if line:
+            log(f"diagnose: the kernel hit a BUG: {line}")
+
+    def watch(self, name="watch"):
+        """Start `pairctl watch` in the background; returns a PairctlWatch."""
+        return PairctlWatch(name)
+
+    def cpu(self):
+        """(CPU seconds, context switches) of paird so far: utime+stime of the process,
+        voluntary+nonvoluntary switches summed over its threads."""
+        pid = self.pid()
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        switches = 0
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(FileNotFoundError), open(f"/proc/{pid}/task/{tid}/status") as f:
+                for line in f:
+                    if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                        switches += int(line.split()[1])
+        return cpu, switches
+
+
+class PairctlWatch:
+    """`pairctl watch` running in the background, its lines in $BED_OUT/pairctl-<name>.log."""
+
+    def __init__(self, name):
+        self.path = os.path.join(OUT, f"pairctl-{name}.log")
+        self.file = open(self.path, "w")
+        self.proc = subprocess.Popen([PAIRCTL_BIN, "watch"], stdout=self.file, stderr=subprocess.STDOUT)
+        at_exit(self.stop)
+
+    def lines(self, kind=None, since=0):
+        with open(self.path, errors="replace") as f:
+            ls = f.read().splitlines()[since:]
+        return [line for line in ls if kind is None or f" {kind} " in f" {line} "]
+
+    def count(self):
+        return len(self.lines())
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(5)
+
+
+def pair_wearable(p, name="Pulse-1", deadline=60):
+    """`pairctl pair --service 180d`: exit 0, progress lines; returns the stdout lines."""
+    rc, out, err = p.pairctl("pair", "--service", "180d", "--timeout", "20", timeout=deadline)
+    for line in out.splitlines():
+        log(f"  | {line}")
+    if rc != 0:
+        raise BedError(f"pairctl pair exited {rc}: {err.strip()}")
+    return out.splitlines()
+
+
 __all__ = [n for n in dir() if not n.startswith("_") and n not in (
-    "contextlib", "functools", "json", "os", "socket", "subprocess", "sys", "time", "traceback")]
+    "contextlib", "functools", "json", "os", "socket", "subprocess", "sys", "time", "traceback")] + ["_Skip"]

@@ -3,12 +3,17 @@
 # Installs the bed's packages if missing, then runs every scenario in Tests/e2e (files with a
 # "# testbed: mode=… timeout=…" header) in its own VM via run-vm, or only the named ones
 # (path, file name, or name without extension).  Prints PASS/FAIL per scenario with its
-# duration and a final "N passed, N failed"; exits 1 if any failed.
+# duration and a final "N passed, N failed, N skipped"; exits 1 if any failed. A scenario that
+# exits 0 after calling bedlib's skip() (it writes $BED_OUT/SKIPPED) counts as skipped.
+# PAIRD_BIN / PAIRCTL_BIN default to the release build (.build/release/{paird,pairctl}).
 set -uo pipefail
 TB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 E2E=$(cd "$TB/../e2e" && pwd)
+REPO=$(cd "$TB/../.." && pwd)
+export PAIRD_BIN=${PAIRD_BIN:-$REPO/.build/release/paird}
+export PAIRCTL_BIN=${PAIRCTL_BIN:-$REPO/.build/release/pairctl}
 
-"$TB/install-deps.sh" || { echo "e2e: install-deps.sh failed"; echo "0 passed, 1 failed"; exit 1; }
+"$TB/install-deps.sh" || { echo "e2e: install-deps.sh failed"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
 
 scenarios=()
 if (($#)); then
@@ -16,16 +21,16 @@ if (($#)); then
     for c in "$a" "$E2E/$a" "$E2E/$a.py" "$E2E/$a.sh"; do
       [[ -f $c ]] && { scenarios+=("$(realpath "$c")"); continue 2; }
     done
-    echo "e2e: no such scenario: $a" >&2; echo "0 passed, 1 failed"; exit 1
+    echo "e2e: no such scenario: $a" >&2; echo "0 passed, 1 failed, 0 skipped"; exit 1
   done
 else
   for f in "$E2E"/*; do
     [[ -f $f ]] && head -n 20 "$f" | grep -qE '^(#|//) *testbed:' && scenarios+=("$f")
   done
 fi
-((${#scenarios[@]})) || { echo "e2e: no scenarios in $E2E"; echo "0 passed, 0 failed"; exit 1; }
+((${#scenarios[@]})) || { echo "e2e: no scenarios in $E2E"; echo "0 passed, 0 failed, 0 skipped"; exit 1; }
 
-pass=0; fail=0; summary=(); t_all=$SECONDS
+pass=0; fail=0; skip=0; summary=(); t_all=$SECONDS
 for s in "${scenarios[@]}"; do
   name=$(basename "${s%.*}")
   printf '\n\033[1m=== %s\033[0m\n' "$name"
@@ -33,10 +38,12 @@ for s in "${scenarios[@]}"; do
   "$TB/run-vm" "$s"
   rc=$?
   dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
-  if ((rc == 0)); then pass=$((pass + 1)); summary+=("PASS  $name  (${dt} s)")
+  out=$(realpath -m "$TB/../../testbed-out/$name")
+  if ((rc == 0)) && [[ -f $out/SKIPPED ]]; then skip=$((skip + 1)); summary+=("SKIP  $name  (${dt} s): $(head -c 300 "$out/SKIPPED")")
+  elif ((rc == 0)); then pass=$((pass + 1)); summary+=("PASS  $name  (${dt} s)")
   else fail=$((fail + 1)); summary+=("FAIL  $name  (${dt} s, exit $rc; logs: $(realpath -m "$TB/../../testbed-out/$name"))"); fi
 done
 printf '\n\033[1m=== e2e summary (%d s)\033[0m\n' $((SECONDS - t_all))
 printf '%s\n' "${summary[@]}"
-echo "$pass passed, $fail failed"
+echo "$pass passed, $fail failed, $skip skipped"
 ((fail == 0))

@@ -1,0 +1,73 @@
+#!/usr/bin/python3
+# testbed: mode=plain timeout=420
+"""Issue scenario 2 (5 s and 60 s): the wearable walks out of range → waitingForDevice with a
+lastDisconnect; while it is away paird makes no connect storm and uses (almost) no CPU; it comes
+back after 5 s and after 60 s → connected again each time, notifications flowing, without any
+pairctl command. (The 5-minute absence is paird_away_long.py.)"""
+from bedlib import *
+
+
+def walk_away(p, w):
+    t = now()
+    w.cmd("walk-away")
+    d = p.wait_state("waitingForDevice", 20)
+    check(d["lastDisconnect"] is not None, f"lastDisconnect = {d['lastDisconnect']}")
+    check(d["wanted"] == "connected", "still wanted connected")
+    log(f"waitingForDevice {now() - t:.2f} s after walk-away")
+
+
+def come_back(p, w, watch):
+    t = now()
+    n = len(watch.lines("notify"))
+    w.cmd("come-back")
+    p.wait_state("connected", 60)
+    log(f"connected {now() - t:.2f} s after come-back")
+    wait_for(lambda: len(watch.lines("notify")) >= n + 2, 15, "2 new heart-rate notify lines")
+    log(f"notifications flowing {now() - t:.2f} s after come-back")
+
+
+@scenario
+def main():
+    w = Wearable.start(name="Pulse-1", battery=87)
+    p = Paird()
+    with step("paird up, pairctl pair --service 180d"):
+        p.start()
+        pair_wearable(p)
+        p.wait_state("connected", 10)
+    watch = p.watch()
+    with step("notifications reach pairctl watch"):
+        wait_for(lambda: len(watch.lines("notify")) >= 2, 15, "2 notify lines")
+
+    with step("walk-away → waitingForDevice with lastDisconnect"):
+        walk_away(p, w)
+    bed_sleep(5, "the wearable stays away 5 s")
+    with step("back after 5 s → connected, notifications flow (no pairctl command)"):
+        come_back(p, w, watch)
+
+    with step("walk-away again → waitingForDevice"):
+        walk_away(p, w)
+    cpu0, sw0 = p.cpu()
+    conn0 = bluez_connect_attempts()
+    t0 = now()
+    bed_sleep(60, "the wearable stays away 60 s; paird should sleep")
+    cpu1, sw1 = p.cpu()
+    conn1 = bluez_connect_attempts()
+    dt = now() - t0
+    with step("while away 60 s: no connect storm, (almost) no CPU"):
+        log(f"MEASURED paird while waiting {dt:.1f} s: {cpu1 - cpu0:.2f} CPU-seconds, "
+            f"{sw1 - sw0} context switches (wake-ups), {conn1 - conn0} Device1.Connect attempts")
+        check(p.state() == "waitingForDevice", "still waitingForDevice")
+        check(conn1 - conn0 <= 2, f"≤ 2 Connect attempts in 60 s (got {conn1 - conn0})")
+        check(cpu1 - cpu0 < 2.0, f"< 2 CPU-seconds in 60 s (got {cpu1 - cpu0:.2f})")
+        check(sw1 - sw0 < 200, f"< 200 wake-ups in 60 s (got {sw1 - sw0})")
+    with step("back after 60 s → connected, notifications flow (no pairctl command)"):
+        come_back(p, w, watch)
+        d = p.device()
+        log(f"status after return: state={d['state']} reconnectAttempts={d['reconnectAttempts']} "
+            f"lastDisconnect={d['lastDisconnect']}")
+    with step("battery change after the return reaches status"):
+        w.cmd("battery 42")
+        wait_for(lambda: p.device()["battery"] == 42, 10, "battery 42 in status")
+
+
+main()

@@ -1,0 +1,66 @@
+#!/usr/bin/python3
+# testbed: mode=plain timeout=240
+"""Issue scenario 1: `pairctl pair --service 180d` pairs the virtual wearable with progress lines
+and exit 0; `pairctl status --json` shows it connected with its battery level; heart-rate
+notifications reach `pairctl watch`."""
+import json
+import os
+import re
+
+from bedlib import *
+
+
+@scenario
+def main():
+    w = Wearable.start(name="Pulse-1", battery=87)
+    p = Paird()
+    with step("paird starts and reports READY=1 (no state file: first start)"):
+        p.start()
+        st = p.status()
+        check(st["daemon"]["running"] and st["devices"] == [], "status: running, no devices")
+        check(st["adapter"]["present"] and st["adapter"]["powered"], f"adapter present and powered: {st['adapter']}")
+        check(st["pairing"] is None, "no pairing session")
+
+    watch = p.watch()
+    with step("pairctl pair --service 180d → progress lines, exit 0"):
+        lines = pair_wearable(p)
+        text = "\n".join(lines)
+        check(lines[0].startswith("scanning"), "first line: scanning…")
+        # btvirt reports no RSSI (0x7f, "not available"): the bed's line has no ", -NN dBm".
+        found = [l for l in lines if re.fullmatch(rf"found Pulse-1 \({WEARABLE_ADDR}(, -?\d+ dBm)?\)", l)]
+        check(found, f"found line: {found}")
+        check("pairing…" in text, "pairing…")
+        check(lines[-1].startswith("connected"), f"last line: {lines[-1]}")
+
+    with step("status --json: connected, battery 87, wanted connected, persisted"):
+        d = p.wait_state("connected", 10)
+        d = wait_for(lambda: (lambda x: x if x["battery"] == 87 else None)(p.device()), 10, "battery 87 in status")
+        check(d["name"] == "Pulse-1" and d["wanted"] == "connected", f"name/wanted: {d['name']}/{d['wanted']}")
+        check(d["lastDisconnect"] is None and p.status()["pairing"] is None, "no lastDisconnect, pairing null")
+        state = json.load(open(PAIRD_STATE))
+        check(WEARABLE_ADDR in json.dumps(state), "state file lists the wearable")
+        check(oct(os.stat(PAIRD_STATE).st_mode & 0o777) == "0o600", "state file mode 0600")
+        c = Central("hci0")
+        dev = c.device_path(WEARABLE_ADDR)
+        check(c.prop(dev, "Paired") and c.prop(dev, "Trusted"), "BlueZ: Paired=true, Trusted=true")
+        check(w.status()["connected"], "the wearable sees a connection")
+
+    with step("heart-rate notifications reach pairctl watch (≥3 notify lines)"):
+        hr = lambda: [l for l in watch.lines("notify") if HR_MEAS in l]  # noqa: E731 (2a19 is forwarded too)
+        wait_for(lambda: len(hr()) >= 3, 15, "3 heart-rate (2a37) notify lines from pairctl watch")
+        for l in watch.lines("notify")[:4]:
+            log(f"  | {l}")
+
+    with step("battery change reaches pairctl watch and status"):
+        w.cmd("battery 55")
+        wait_for(lambda: any(l.endswith("battery 55") for l in watch.lines("battery")), 10, "battery 55 line")
+        wait_for(lambda: p.device()["battery"] == 55, 10, "status battery 55")
+
+    with step("pairctl list / status (text)"):
+        rc, out, _ = p.pairctl("list")
+        check(rc == 0 and WEARABLE_ADDR in out and "connected" in out, f"list: {out.strip()}")
+        rc, out, _ = p.pairctl("status")
+        check(rc == 0 and "battery 55%" in out, f"status: {out.strip()}")
+
+
+main()
