@@ -1,0 +1,86 @@
+#!/bin/bash
+# Tests/bench/bench.sh: the project's reproducible benchmarks (programs that print figures, never
+# tests).  `make bench` runs it after PairingBench.  Results: .build-bench/results/<time>/
+# (JSON lines + report.md, the tables of BENCHMARKS.md); VM logs in testbed-out/bench-*/.
+#
+#   Tests/bench/bench.sh [--quick] [scale] [reconnect] [costs]     (default: all three)
+#
+#   scale      host, python-dbusmock: 1/10/100 devices, memory and CPU per event      (~1 min)
+#   reconnect  VM: reconnect latency, paird vs auto-connect / bluetoothctl loop / bleak (~25 min)
+#   costs      VM: start-up (exec→READY=1, adoption) and idle cost, paird vs bleak     (~12 min)
+#   --quick    a smoke run with few reps (~8 min in all)
+# Knobs (environment): BENCH_REPS5 (20), BENCH_REPS60 (2), BENCH_REPS300 (0), BENCH_STARTS (20),
+# BENCH_WINDOW (90 s), BENCH_SCALE_REPS (3).
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$REPO"
+quick=0; parts=()
+for a in "$@"; do
+  case $a in
+    --quick) quick=1 ;;
+    scale|reconnect|costs) parts+=("$a") ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "bench.sh: unknown argument $a" >&2; exit 64 ;;
+  esac
+done
+((${#parts[@]})) || parts=(scale reconnect costs)
+if ((quick)); then
+  : "${BENCH_REPS5:=2}" "${BENCH_REPS60:=0}" "${BENCH_STARTS:=3}" "${BENCH_WINDOW:=15}" "${BENCH_SCALE_REPS:=1}"
+fi
+say() { printf '\033[1m[bench]\033[0m %s\n' "$*" >&2; }
+
+# ---------------------------------------------------------------- dependencies
+Tests/testbed/install-deps.sh >/dev/null
+PYLIB=$REPO/.build-bench/pylib
+if ! PYTHONPATH=$PYLIB /usr/bin/python3 -c 'import bleak, bleak_retry_connector' 2>/dev/null; then
+  say "installing bleak 3.1.0 + bleak-retry-connector 4.7.1 into $PYLIB (for Debian's /usr/bin/python3)"
+  /usr/bin/python3 -m pip --version >/dev/null 2>&1 || apt-get install -y -q python3-pip >/dev/null
+  /usr/bin/python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+    --target "$PYLIB" bleak==3.1.0 bleak-retry-connector==4.7.1
+fi
+/usr/bin/python3 -c 'import dbusmock' 2>/dev/null || apt-get install -y -q python3-dbusmock >/dev/null
+
+# ---------------------------------------------------------------- binaries (a snapshot: the VM
+# reads the host's files live, and .build/release may be rebuilt by someone else meanwhile)
+say "building paird and pairctl (release)"
+swift build -c release --product paird >/dev/null
+swift build -c release --product pairctl >/dev/null
+BIN=$REPO/.build-bench/bin
+mkdir -p "$BIN"
+cp .build/release/paird .build/release/pairctl "$BIN/"
+export PAIRD_BIN=$BIN/paird PAIRCTL_BIN=$BIN/pairctl
+
+RES=$REPO/.build-bench/results/$(date -u +%Y%m%dT%H%M%SZ)
+mkdir -p "$RES"
+{
+  echo "date:    $(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo "command: Tests/bench/bench.sh $*"
+  echo "commit:  $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- Sources Package.swift || echo ' + uncommitted changes in Sources/')"
+  echo "paird:   $(sha256sum "$BIN/paird" | cut -c1-16) ($(stat -c %s "$BIN/paird") bytes)"
+  echo "host:    $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
+} >"$RES/meta.txt"
+cat "$RES/meta.txt" >&2
+
+for part in "${parts[@]}"; do
+  case $part in
+    scale)
+      say "scale on python-dbusmock (host)"
+      /usr/bin/python3 Tests/bench/scale_mock.py --paird "$PAIRD_BIN" --pairctl "$PAIRCTL_BIN" \
+        --counts 1,10,100 --reps "${BENCH_SCALE_REPS:-3}" --toggles "$( ((quick)) && echo 100 || echo 400)" \
+        --out "$RES/scale.jsonl" 2> >(grep -v 'fd limit' >&2) ;;
+    reconnect)
+      say "reconnect latency in the test bed (VM)"
+      BED_X_REPS5=${BENCH_REPS5:-20} BED_X_REPS60=${BENCH_REPS60:-2} BED_X_REPS300=${BENCH_REPS300:-0} \
+      BED_X_PYLIB=$PYLIB \
+        Tests/testbed/run-vm --out "$REPO/testbed-out/bench-reconnect" Tests/bench/reconnect.py || say "reconnect: exit $?"
+      cp testbed-out/bench-reconnect/results.jsonl "$RES/reconnect.jsonl" 2>/dev/null || true ;;
+    costs)
+      say "start-up and idle cost in the test bed (VM)"
+      BED_X_STARTS=${BENCH_STARTS:-20} BED_X_WINDOW=${BENCH_WINDOW:-90} BED_X_PYLIB=$PYLIB \
+        Tests/testbed/run-vm --out "$REPO/testbed-out/bench-costs" Tests/bench/daemon_costs.py || say "costs: exit $?"
+      cp testbed-out/bench-costs/results.jsonl "$RES/costs.jsonl" 2>/dev/null || true ;;
+  esac
+done
+
+/usr/bin/python3 Tests/bench/report.py "$RES" | tee "$RES/report.md"
+say "results in $RES (report.md); VM logs in testbed-out/bench-*/"

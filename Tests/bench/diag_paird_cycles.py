@@ -1,0 +1,60 @@
+#!/usr/bin/python3
+# testbed: mode=plain timeout=600
+"""Diagnostic (not a benchmark): paird through several walk-away / come-back cycles, printing
+after each return what paird says (`pairctl status --json`, timed), whether its loop still
+pings the watchdog, its threads' states, and BlueZ's view.  Env: BED_X_CYCLES (4), BED_X_HR (0.1)."""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.environ.get("BED_REPO", "/work/main"), "Tests", "bench"))
+from bedlib import *  # noqa: E402,F403
+from benchlib import *  # noqa: E402,F403
+
+CYCLES = int(os.environ.get("BED_X_CYCLES", 4))
+
+
+@scenario
+def main():
+    w = start_wearable(hr_interval=float(os.environ.get("BED_X_HR", 0.1)))
+    m = Monitor()
+    c = Central("hci0")
+    p = PairdApproach(m)
+    p.start()
+    p.pair()
+    m.hr_path = find_hr_path(c)
+    p.wait_flowing(30)
+    pid = p.main_pid()
+    for i in range(1, CYCLES + 1):
+        t = wall()
+        w.cmd("walk-away")
+        wait_for(lambda: m.first("Connected", t, False), 20, "Connected=false")
+        bed_sleep(5, "away")
+        tb = wall()
+        w.cmd("come-back")
+        bed_sleep(12, "back; let everything settle")
+        p.drain()
+        pings = [x for x, n in p.notes if n == "WATCHDOG=1" and x >= tb]
+        t0 = wall()
+        r = subprocess.run([PAIRCTL_BIN, "status", "--json"], capture_output=True, text=True, timeout=30)
+        dt = wall() - t0
+        try:
+            d = json.loads(r.stdout)["devices"][0]
+            st = f"state={d['state']} attempts={d['reconnectAttempts']} since={d['since']}"
+        except Exception as e:  # noqa: BLE001
+            st = f"unparsable ({e}): {r.stdout[:200]} {r.stderr[:200]}"
+        threads = []
+        for tid in sorted(os.listdir(f"/proc/{pid}/task")):
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                s = f.read().rsplit(")", 1)
+            with open(f"/proc/{pid}/task/{tid}/wchan") as f:
+                wch = f.read()
+            threads.append(f"{tid}:{s[1].split()[0]}:{wch}")
+        props = c.props(DEV_PATH)
+        log(f"cycle {i}: pairctl status ({dt * 1000:.0f} ms, rc {r.returncode}): {st}")
+        log(f"         BlueZ: Connected={bool(props['Connected'])} ServicesResolved={bool(props['ServicesResolved'])}; "
+            f"paird Notification signals since return: {m.count('paird-hr', tb)}, BlueZ values: "
+            f"{m.count('bluez-hr', tb)}; paird states: {[v for x, k, v in m.ev if k == 'paird-state' and x >= t]}")
+        log(f"         WATCHDOG=1 pings since return: {len(pings)}; threads: {' '.join(threads)}")
+
+
+main()

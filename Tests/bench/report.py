@@ -1,0 +1,133 @@
+#!/usr/bin/python3
+"""Turn the JSON lines the bench programs wrote (bench.sh collects them in one directory) into
+the Markdown tables of BENCHMARKS.md.   report.py RESULTS_DIR"""
+import glob
+import json
+import os
+import statistics
+import sys
+
+
+def pct(xs, p):
+    s = sorted(xs)
+    k = max(0, min(len(s) - 1, int(-(-p * len(s) // 100)) - 1))
+    return s[k]
+
+
+def ms(xs):
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return "—", "—"
+    return f"{statistics.median(xs) * 1000:.0f}", f"{pct(xs, 95) * 1000:.0f}"
+
+
+def rows(d, name):
+    out = []
+    for f in glob.glob(os.path.join(d, name)):
+        with open(f) as fh:
+            out += [json.loads(x) for x in fh if x.strip()]
+    return out
+
+
+def reconnect(d):
+    rs = [r for r in rows(d, "reconnect*.jsonl") if r.get("bench") == "reconnect"]
+    if not rs:
+        return
+    order = []
+    for r in rs:
+        if r["approach"] not in order:
+            order.append(r["approach"])
+    for away in sorted({r["away"] for r in rs}):
+        print(f"\n#### Wearable away {away} s — milliseconds from its `advertising on`; median / p95 (n)\n")
+        print("| approach | n | link up (Connected=true) | ServicesResolved | first notification at the client "
+              "| LE connects requested per rep | failed reps |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+        for a in order:
+            g = [r for r in rs if r["approach"] == a and r["away"] == away]
+            if not g:
+                continue
+            ok = [r for r in g if not r.get("error")]
+            cells = []
+            for k in ("t_conn", "t_sr", "t_cl"):
+                xs = [r[k] - r["t_adv"] for r in ok if r.get(k)]
+                m, p = ms(xs)
+                cells.append(f"{m} / {p} ({len(xs)})")
+            ca = [r.get("connect_attempts", 0) for r in ok]
+            print(f"| {a} | {len(g)} | {' | '.join(cells)} | "
+                  f"{statistics.median(ca) if ca else '—'} (max {max(ca) if ca else '—'}) | {len(g) - len(ok)} |")
+        p = [r for r in rs if r["approach"] == "paird" and r["away"] == away and not r.get("error")]
+        if p:
+            print(f"\npaird's own share (away {away} s), ms, median / p95 (n):\n")
+            for what, k1, k2 in (("first notification: paird's `Notification` signal − BlueZ's Value signal", "t_cl", "t_bz"),
+                                 ("first notification at paird's client − ServicesResolved=true", "t_cl", "t_sr"),
+                                 ("paird reports `connected` − ServicesResolved=true", "t_state", "t_sr")):
+                xs = [r[k1] - r[k2] for r in p if r.get(k1) and r.get(k2)]
+                m, q = ms(xs)
+                print(f"- {what}: {m} / {q} ({len(xs)})")
+            fw = [x for r in p for x in r.get("forwarding", [])]
+            m, q = ms(fw)
+            print(f"- every notification, steady state: paird `Notification` − BlueZ Value: {m} / {q} ({len(fw)})")
+
+
+def startup(d):
+    rs = [r for r in rows(d, "costs*.jsonl") if r.get("bench") == "startup"]
+    if not rs:
+        return
+    print("\n#### Start-up, one known wearable whose link is up (adoption); ms, median / p95 (n)\n")
+    print("| what | median | p95 | n |\n| --- | --- | --- | --- |")
+    for what, k in (("exec → READY=1", "exec_to_ready"), ("exec → `connected` (link adopted)", "exec_to_connected")):
+        m, p = ms([r[k] for r in rs])
+        print(f"| {what} | {m} | {p} | {len(rs)} |")
+    print(f"| disconnects the wearable saw, all reps | {sum(r['wearable_disconnects'] for r in rs)} | | {len(rs)} |")
+
+
+def idle(d):
+    rs = [r for r in rows(d, "costs*.jsonl") if r.get("bench") == "idle"]
+    if not rs:
+        return
+    print("\n#### Idle cost (guest under TCG emulation: CPU seconds are inflated, compare the ratio)\n")
+    print("| phase | who | CPU-s per hour | wake-ups/s | RSS MB | open fds | window s |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for ph in ("connected-1hz", "connected-quiet", "absent"):
+        g = {r["who"]: r for r in rs if r["phase"] == ph}
+        for who in ("paird", "bleak"):
+            if who in g:
+                r = g[who]
+                print(f"| {ph} | {who} | {r['cpu_s_per_hour']:.2f} | {r['wakeups_per_s']:.2f} | "
+                      f"{r['rss_kb'] / 1024:.1f} | {r['fds']} | {r['window']:.0f} |")
+        if "paird" in g and "bleak" in g:
+            a, b = g["paird"], g["bleak"]
+            ratio = lambda x, y: f"{x / y:.2f}" if y else "—"  # noqa: E731
+            print(f"| {ph} | paird / bleak | {ratio(a['cpu_s_per_hour'], b['cpu_s_per_hour'])} | "
+                  f"{ratio(a['wakeups_per_s'], b['wakeups_per_s'])} | {ratio(a['rss_kb'], b['rss_kb'])} | | |")
+
+
+def scale(d):
+    rs = [r for r in rows(d, "scale*.jsonl") if r.get("bench") == "scale"]
+    if not rs:
+        return
+    print("\n#### Scale on python-dbusmock (host, no emulation); median over reps\n")
+    print("| devices | reps | RSS MB | RSS per device kB (vs N=1) | fds | paird CPU per PropertiesChanged µs "
+          "| start → all `connected` s | `pairctl status --json` ms |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    base = None
+    for n in sorted({r["devices"] for r in rs}):
+        g = [r for r in rs if r["devices"] == n]
+        rss = statistics.median(r["rss_kb"] for r in g)
+        base = base or (n, rss)
+        per = f"{(rss - base[1]) / (n - base[0]):.1f}" if n != base[0] else "—"
+        print(f"| {n} | {len(g)} | {rss / 1024:.2f} | {per} | {statistics.median(r['fds'] for r in g):.0f} | "
+              f"{statistics.median(r['cpu_per_signal_us'] for r in g):.0f} | "
+              f"{statistics.median(r['start_to_all_connected'] for r in g):.2f} | "
+              f"{statistics.median(r['status_call_s'] for r in g) * 1000:.0f} |")
+
+
+if __name__ == "__main__":
+    d = sys.argv[1]
+    meta = os.path.join(d, "meta.txt")
+    if os.path.exists(meta):
+        print("```\n" + open(meta).read().strip() + "\n```")
+    reconnect(d)
+    startup(d)
+    idle(d)
+    scale(d)
