@@ -565,6 +565,7 @@ public final class BlueZClient {
             emit(.adapterGone(reason: reason))
         } else if !up, ready {
             ready = false
+            announcedAbsence = true
             pendingRemovals = []
             removalTimer?.cancel()
             let reason = !synced ? AdapterGoneReason.bluetoothdGone : info == nil ? AdapterGoneReason.removed : AdapterGoneReason.poweredOff
