@@ -168,16 +168,16 @@ struct Status: ParsableCommand {
 
     func run() throws {
         let client: PairdClient
-        do { client = try PairdClient() } catch let e as PairctlError {
-            if json { say(StatusDocument(daemon: .init(running: false, error: e.message), adapter: nil, pairing: nil, devices: []).json(pretty: false)) }
+        do { client = try PairdClient() } catch let e {
+            if json { say(StatusDocument(daemon: StatusDocument.Daemon(running: false, error: e.message), adapter: nil, pairing: nil, devices: []).json(pretty: false)) }
             throw e
         }
         func show() throws {
             do {
                 let s = try client.status()
                 say(json ? s.json(pretty: !watch) : StatusText.render(s))
-            } catch let e as PairctlError {
-                if json { say(StatusDocument(daemon: .init(running: false, error: e.message), adapter: nil, pairing: nil, devices: []).json(pretty: !watch)) }
+            } catch let e {
+                if json { say(StatusDocument(daemon: StatusDocument.Daemon(running: false, error: e.message), adapter: nil, pairing: nil, devices: []).json(pretty: !watch)) }
                 throw e
             }
         }

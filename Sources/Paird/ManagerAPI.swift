@@ -10,8 +10,8 @@ final class ManagerAPI {
     /// The `Pair` call waiting for its session to end.
     var pendingPair: MethodContext?
 
-    init(daemon: Daemon) {
-        self.daemon = daemon
+    init(daemon owner: Daemon) {
+        daemon = owner
         let i = DBusInterface(PairdAPI.interface)
         i.method("Pair", in: "a{sv}", out: "ss") { [unowned self] args, call in try pair(args, call) }
         i.method("CancelPairing") { [unowned self] _, call in

@@ -55,7 +55,7 @@ public struct StateFile: Sendable {
         var template = Array("\(path).tmp-XXXXXX".utf8CString)
         let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
         if fd < 0 { throw SystemError("create a temporary file next to \(path)", errno) }
-        let tmp = String(cString: template)
+        let tmp = String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
         var ok = false
         defer { if !ok { unlink(tmp) } }
         defer { if fd >= 0 { close(fd) } }

@@ -66,7 +66,7 @@ func runBenchmark() {
 
     let start = clockSeconds()
     var cycles = 0
-    var deadline = start + seconds
+    let deadline = start + seconds
     while true {
         for (n, a) in addresses.enumerated() {
             now = now + .milliseconds(1)

@@ -306,7 +306,6 @@ public struct PairingMachine: Sendable {
 
     private mutating func connectSucceeded(_ a: DeviceAddress, _ call: UInt64, _ now: Moment, _ actions: inout [Action]) {
         guard let i = slot[a], slots[i].state.pendingCall == call else { return }
-        let d = slots[i]
         move(i, to: .discovering(countdown: countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))), now, &actions)
     }
 

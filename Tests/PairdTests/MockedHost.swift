@@ -144,7 +144,7 @@ final class MockedHost {
         p.executableURL = URL(fileURLWithPath: Self.pairdBin)
         p.arguments = ["--state-file", statePath, "--config", dir.appendingPathComponent("paird.conf").path] + extra
         p.environment = env.merging(extraEnv) { $1 }
-        FileManager.default.createFile(atPath: pairdLog, contents: nil)
+        _ = FileManager.default.createFile(atPath: pairdLog, contents: nil)
         let log = FileHandle(forWritingAtPath: pairdLog)!
         log.seekToEndOfFile()
         p.standardOutput = log
