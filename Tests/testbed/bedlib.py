@@ -565,6 +565,7 @@ class Paird:
             logf.write(f"=== paird start #{self.starts} at {now() - T0:.2f}: {' '.join(args)}\n")
             logf.flush()
             env = dict(os.environ, NOTIFY_SOCKET="/run/bed/paird-notify.sock")
+            self._drain()       # what the previous paird sent is not this one's
             self.notes = []
             self.proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT, env=env)
         if wait:

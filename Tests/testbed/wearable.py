@@ -525,8 +525,25 @@ class Wearable:
         GLib.io_add_watch(conn.fileno(), GLib.IO_IN | GLib.IO_HUP, on_data)
         return True
 
+    # -- periodic advertising events
+    def readvertise_tick(self):
+        """A real wearable's advertising events repeat every ~100 ms-1 s; btvirt sends an
+        advertising report only when scanning or advertising is (re)enabled, at once. The kernel
+        drops a report that arrives while its discovery is still starting (state STARTING), and
+        then never hears of the wearable during that scan: `pairctl pair` found nothing in 20 s
+        in about half the runs. So while advertising and not connected, re-enable advertising at
+        the HCI level (LE Set Advertising Enable 0, 1), which makes btvirt report it again to
+        every scanning controller."""
+        if self.want_adv and self.advertising and not self.adv_pending and self.acl_handle() is None:
+            for on in ("00", "01"):
+                subprocess.run(["hcitool", "-i", self.args.adapter, "cmd", "0x08", "0x000a", on],
+                               capture_output=True, timeout=10)
+        return True
+
     def run(self):
         self.loop = GLib.MainLoop()
+        if self.args.readvertise > 0:
+            GLib.timeout_add(int(self.args.readvertise * 1000), self.readvertise_tick)
         self.serve(self.args.socket)
         self.event("started", name=self.args.name, adapter=self.args.adapter, socket=self.args.socket)
         if self.bus.name_has_owner(BLUEZ):
@@ -540,6 +557,8 @@ def main():
     p.add_argument("--adapter", default="hci1")
     p.add_argument("--socket", default="/run/bed/wearable.sock")
     p.add_argument("--battery", type=int, default=87)
+    p.add_argument("--readvertise", type=float, default=2.0,
+                   help="seconds between advertising re-enables while not connected (0: never)")
     args = p.parse_args()
     dbus.mainloop.glib.DBusGMainLoop(set_as_default=True)
     Wearable(args).run()
