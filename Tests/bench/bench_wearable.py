@@ -14,14 +14,15 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testbed"))
-import dbus.mainloop.glib  # noqa: E402
 import wearable as W  # noqa: E402
 from gi.repository import GLib  # noqa: E402
 
 
 class BenchWearable(W.Wearable):
+    default_hr_interval = 1.0
+
     def __init__(self, args):
-        self.hr_interval = args.hr_interval
+        self.hr_interval = self.default_hr_interval
         super().__init__(args)
 
     def event(self, _event, **kw):
@@ -44,15 +45,14 @@ class BenchWearable(W.Wearable):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--name", default="Pulse-1")
-    p.add_argument("--adapter", default="hci1")
-    p.add_argument("--socket", default="/run/bed/wearable.sock")
-    p.add_argument("--battery", type=int, default=87)
+    """wearable.py's own command line (whatever options it has today) plus --hr-interval."""
+    p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--hr-interval", type=float, default=1.0)
-    args = p.parse_args()
-    dbus.mainloop.glib.DBusGMainLoop(set_as_default=True)
-    BenchWearable(args).run()
+    ours, rest = p.parse_known_args()
+    BenchWearable.default_hr_interval = ours.hr_interval
+    W.Wearable = BenchWearable          # wearable.main() instantiates the module's Wearable
+    sys.argv = [sys.argv[0]] + rest
+    return W.main()
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import time
 
 import dbus
 
-from bedlib import (BLUEZ, CHR, DEVICE, HR_MEAS, OUT, PAIRCTL_BIN, PAIRD_BIN, PROPS, WEARABLE_ADDR,
+from bedlib import (BLUEZ, CHR, DEVICE, HR_MEAS, HR_SVC, OUT, PAIRCTL_BIN, PAIRD_BIN, PROPS, WEARABLE_ADDR,
                     BedError, BedFatal, Central, Wearable, at_exit, log, sh, wait_for)
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
@@ -118,6 +118,18 @@ class Monitor:
         self.ev = [e for e in self.ev if e[0] >= before]
 
 
+def pair_directly(c):
+    """Bond with the wearable from hci0 through BlueZ alone (Pair + Trusted, no GattProfile1:
+    registering one would put the wearable on the kernel's auto-connect list for the rest of
+    the VM's life, and every approach measured after it would ride on that)."""
+    c.register_agent()
+    dev = c.discover(uuid=HR_SVC, name="Pulse-1", deadline=30)
+    c.pair(dev)
+    c.set(dev, "Trusted", dbus.Boolean(True))
+    c.wait_services_resolved(dev)
+    return dev
+
+
 def find_hr_path(central, deadline=30):
     return wait_for(lambda: central.char(DEV_PATH, HR_MEAS), deadline, "heart-rate characteristic object")
 
@@ -142,6 +154,16 @@ def proc_sample(pid):
                 rss = int(line.split()[1])
     fds = len(os.listdir(f"/proc/{pid}/fd"))
     return cpu, switches, rss, fds
+
+
+def proc_anon_kb(pid):
+    """Anonymous (heap, stacks: the process's own) memory in kB, from smaps_rollup; the rest of
+    RSS is file-backed pages of the binary and shared libraries (Swift runtime, Foundation)."""
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Anonymous:"):
+                return int(line.split()[1])
+    return None
 
 
 def tree_pids(pid):
@@ -213,15 +235,27 @@ class Approach:
                  deadline, f"{self.name}: heart-rate notifications flowing")
 
 
+_tails = {}
+
+
 def _jsonl_times(path, kind, since):
-    out = []
+    """Wall times of `kind` lines in a client's JSON-lines log, read incrementally (the logs
+    grow by 10 lines/s; re-parsing them on every poll starved the bench process under TCG)."""
+    off, seen = _tails.get(path, (0, []))
     with contextlib.suppress(FileNotFoundError), open(path) as f:
-        for line in f:
+        f.seek(off)
+        while True:
+            line = f.readline()
+            if not line.endswith("\n"):
+                break
+            off += len(line.encode())
             with contextlib.suppress(ValueError):
                 e = json.loads(line)
-                if e.get("kind") == kind and e["wall"] >= since:
-                    out.append(e["wall"])
-    return out
+                seen.append((e["wall"], e.get("kind")))
+        if len(seen) > 5000:
+            seen = seen[-2000:]
+    _tails[path] = (off, seen)
+    return [t for t, k in seen if k == kind and t >= since]
 
 
 class PairdApproach(Approach):
@@ -233,6 +267,7 @@ class PairdApproach(Approach):
         super().__init__(monitor)
         self.config = config
         self.watchdog_usec = watchdog_usec
+        self.watch = True
         self.notes = []
         self.notify = None
         if subprocess.run(["getent", "passwd", "paird"], capture_output=True).returncode != 0:
@@ -274,6 +309,8 @@ class PairdApproach(Approach):
             env["WATCHDOG_USEC"] = str(self.watchdog_usec)
         t0 = wall()
         self.spawn(args, "paird.log", env=env)
+        if self.watch:
+            self.start_watcher()
         if not wait_ready:
             return t0, None
 
@@ -282,6 +319,18 @@ class PairdApproach(Approach):
             self.drain()
             return next((t for t, n in self.notes if n == "READY=1"), None)
         return t0, wait_for(ready, 60, "paird READY=1", interval=0.005)
+
+    def adopt_bond(self):
+        """Put the wearable (bonded by pair_directly) into paird's state file, as `pairctl pair`
+        would have: paird then manages it from its first start."""
+        uuids = ["0000180d-0000-1000-8000-00805f9b34fb", "0000180f-0000-1000-8000-00805f9b34fb",
+                 "70616972-6400-4000-8000-77656172ab1e"]
+        doc = {"version": 1, "devices": [{"address": WEARABLE_ADDR, "addressType": "public", "name": "Pulse-1",
+                                          "adapter": "hci0", "serviceUUIDs": uuids, "wanted": "connected",
+                                          "pairedAt": "2026-11-22T00:00:00Z", "updatedAt": "2026-11-22T00:00:00Z"}]}
+        with open(self.STATE, "w") as f:
+            json.dump(doc, f)
+        os.chmod(self.STATE, 0o600)
 
     def pairctl(self, *args, timeout=90):
         r = subprocess.run([PAIRCTL_BIN, *args], capture_output=True, text=True, timeout=timeout)
@@ -297,8 +346,16 @@ class PairdApproach(Approach):
         d = json.loads(self.pairctl("status", "--json"))["devices"]
         return d[0]["state"] if d else None
 
+    WATCH_LOG = os.path.join(OUT, "paird-watch.jsonl")
+
+    def start_watcher(self):
+        """paird's client: a separate process receiving paird's Notification signals (what
+        `pairctl watch` receives), logging wall times, like the other approaches' clients."""
+        self.spawn([PY, "-u", os.path.join(BENCH, "keepers", "notify_client.py"), "--paird",
+                    "--log", self.WATCH_LOG, WEARABLE_ADDR], "paird-watch.out")
+
     def notif_times(self, since):
-        return [t for t, k, v in self.m.ev if k == "paird-hr" and t >= since]
+        return _jsonl_times(self.WATCH_LOG, "notification", since)
 
 
 class AutoConnect(Approach):

@@ -13,8 +13,9 @@ comes back (advertising on), and we time, on one wall clock in the guest:
   t_cl    first heart-rate notification *as the approach's client sees it*: paird's
           Notification signal (what `pairctl watch` receives), the python clients' Value
           signal, bleak's notify callback.
-Approaches run one at a time, in rounds of BLOCK reps each (interleaved, so host-load drift
-hits them alike).  Env: BED_X_REPS5 (20), BED_X_REPS60 (2), BED_X_REPS300 (0), BED_X_BLOCK (5),
+Approaches run one at a time, each in one block (bluetoothctl loop, bleak, auto-connect, paird:
+see the comment in main() on why not interleaved).  Env: BED_X_REPS5 (20), BED_X_REPS60 (2),
+BED_X_REPS300 (0),
 BED_X_HR (heart-rate period of the bench wearable, 0.1 s), BED_X_ONLY (comma list of names)."""
 import contextlib
 import json
@@ -30,7 +31,6 @@ from benchlib import *  # noqa: E402,F403
 E = os.environ
 REPS = [(5, int(E.get("BED_X_REPS5", 20))), (60, int(E.get("BED_X_REPS60", 2))),
         (300, int(E.get("BED_X_REPS300", 0)))]
-BLOCK = int(E.get("BED_X_BLOCK", 5))
 HR = float(E.get("BED_X_HR", 0.1))
 ONLY = [s for s in E.get("BED_X_ONLY", "").split(",") if s]
 
@@ -51,7 +51,7 @@ def forwarding_latency(m, since):
 
 @scenario
 def main():
-    log(f"plan: {REPS}, block {BLOCK}, wearable heart-rate period {HR} s")
+    log(f"plan: {REPS}, wearable heart-rate period {HR} s")
     if E.get("BED_X_DEBUG_MONITOR"):   # debugging aid: every paird signal, timestamped
         mon = subprocess.Popen(["dbus-monitor", "--system", "interface='org.paird1.Manager1'"],
                                stdout=open(os.path.join(OUT, "dbus-paird.txt"), "w"), stderr=subprocess.STDOUT)
@@ -60,37 +60,28 @@ def main():
     m = Monitor()
     c = Central("hci0")
     paird = PairdApproach(m)
-    with step("paird up and the wearable paired with `pairctl pair`"):
-        paird.start()
-        paird.pair()
+    with step("the wearable bonded through BlueZ alone (no GattProfile1 yet)"):
+        pair_directly(c)
         m.hr_path = find_hr_path(c)
-        paird.wait_flowing(30)
-    approaches = [paird, AutoConnect(m), BtctlLoop(m), BleakKeeper(m)]
+        paird.adopt_bond()
+    # Order matters: a GattProfile1 (approach (a) and paird) leaves the wearable on the kernel's
+    # auto-connect list for good (its owner leaving the bus does not remove it, and removing it
+    # with Device1.Disconnect() or a bluetoothd restart trips the bed kernel's hci_chan_del BUG),
+    # so the approaches that must not benefit from it run first, each in one block.
+    approaches = [BtctlLoop(m), BleakKeeper(m), AutoConnect(m), paird]
     if ONLY:
         approaches = [a for a in approaches if any(o in a.name for o in ONLY)]
     broken, failures = {}, {}
-    current = paird
-
-    def drop_link():
-        """Device1.Disconnect() on the central: besides dropping the link it takes the wearable
-        off the kernel's auto-connect list, which a GattProfile1 (paird's or approach (a)'s)
-        leaves armed even after its owner left the bus; without this every later approach
-        would ride on it.  (Restarting bluetoothd instead tripped the bed kernel's
-        hci_chan_del BUG.)"""
-        t = wall()
-        with contextlib.suppress(Exception):
-            call(c.iface(DEV_PATH, DEVICE).Disconnect, timeout=20, what="Disconnect()")
-        wait_for(lambda: not c.prop(DEV_PATH, "Connected"), 20, "link down after Disconnect()")
-        return t
+    current = None
 
     def switch_to(a):
-        """Stop the previous approach, drop the link and the auto-connect entry, start this
-        one, wait until its client sees notifications."""
+        """Stop the previous approach (the link stays up), start this one, wait until its
+        client sees notifications."""
         nonlocal current
         if current is a:
             return
-        current.stop()
-        drop_link()
+        if current is not None:
+            current.stop()
         a.start()
         current = a
         a.wait_flowing(120)
@@ -143,32 +134,25 @@ def main():
             + (f"  ERROR {err}" if err else ""))
         return err
 
-    for away, reps in REPS:
-        if reps <= 0:
-            continue
-        block = BLOCK if away <= 5 else 1
-        done = {a.name: 0 for a in approaches}
-        for _round in range(math.ceil(reps / block)):
-            for a in approaches:
-                if a.name in broken:
-                    continue
-                try:
-                    with step(f"{a.name}: away {away} s, reps {done[a.name] + 1}…"
-                              f"{min(reps, done[a.name] + block)}"):
-                        switch_to(a)
-                        for _ in range(min(block, reps - done[a.name])):
-                            done[a.name] += 1
-                            if one_rep(a, away, done[a.name]):
-                                failures[a.name] = failures.get(a.name, 0) + 1
-                                log(f"{a.name}: rep failed; restarting it and going on")
-                                recover(a)
-                except BedError as e:
-                    broken[a.name] = str(e)
-                    log(f"{a.name}: giving up on it for the rest of the run: {e}")
-                    a.stop()
-                    current = a
-                    with contextlib.suppress(BedError):
-                        w.cmd("come-back")
+    for a in approaches:
+        for away, reps in REPS:
+            if reps <= 0 or a.name in broken:
+                continue
+            try:
+                with step(f"{a.name}: away {away} s, {reps} reps"):
+                    switch_to(a)
+                    for i in range(1, reps + 1):
+                        if one_rep(a, away, i):
+                            failures[a.name] = failures.get(a.name, 0) + 1
+                            log(f"{a.name}: rep failed; restarting it and going on")
+                            recover(a)
+            except BedError as e:
+                broken[a.name] = str(e)
+                log(f"{a.name}: giving up on it for the rest of the run: {e}")
+                a.stop()
+                current = None
+                with contextlib.suppress(BedError):
+                    w.cmd("come-back")
 
     # the summary this program prints (bench.sh / report.py make the tables from results.jsonl)
     rows = [json.loads(x) for x in open(RESULTS)]

@@ -86,20 +86,20 @@ def idle(d):
     if not rs:
         return
     print("\n#### Idle cost (guest under TCG emulation: CPU seconds are inflated, compare the ratio)\n")
-    print("| phase | who | CPU-s per hour | wake-ups/s | RSS MB | open fds | window s |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| phase | who | CPU-s per hour | wake-ups/s | RSS MB | of which anonymous MB | open fds | window s |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for ph in ("connected-1hz", "connected-quiet", "absent"):
         g = {r["who"]: r for r in rs if r["phase"] == ph}
         for who in ("paird", "bleak"):
             if who in g:
                 r = g[who]
                 print(f"| {ph} | {who} | {r['cpu_s_per_hour']:.2f} | {r['wakeups_per_s']:.2f} | "
-                      f"{r['rss_kb'] / 1024:.1f} | {r['fds']} | {r['window']:.0f} |")
+                      f"{r['rss_kb'] / 1024:.1f} | {(r['anon_kb'] / 1024) if r.get('anon_kb') is not None else float('nan'):.1f} | {r['fds']} | {r['window']:.0f} |")
         if "paird" in g and "bleak" in g:
             a, b = g["paird"], g["bleak"]
             ratio = lambda x, y: f"{x / y:.2f}" if y else "—"  # noqa: E731
             print(f"| {ph} | paird / bleak | {ratio(a['cpu_s_per_hour'], b['cpu_s_per_hour'])} | "
-                  f"{ratio(a['wakeups_per_s'], b['wakeups_per_s'])} | {ratio(a['rss_kb'], b['rss_kb'])} | | |")
+                  f"{ratio(a['wakeups_per_s'], b['wakeups_per_s'])} | {ratio(a['rss_kb'], b['rss_kb'])} | | | |")
 
 
 def scale(d):
@@ -107,19 +107,22 @@ def scale(d):
     if not rs:
         return
     print("\n#### Scale on python-dbusmock (host, no emulation); median over reps\n")
-    print("| devices | reps | RSS MB | RSS per device kB (vs N=1) | fds | paird CPU per PropertiesChanged µs "
-          "| start → all `connected` s | `pairctl status --json` ms |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| devices | reps | RSS MB | anonymous MB | RSS per device kB (vs N=1) | fds | paird CPU per PropertiesChanged µs "
+          "| start → all `connected` s | `pairctl status --json` ms | paird's states after the storm (BlueZ: all up) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     base = None
     for n in sorted({r["devices"] for r in rs}):
         g = [r for r in rs if r["devices"] == n]
         rss = statistics.median(r["rss_kb"] for r in g)
         base = base or (n, rss)
         per = f"{(rss - base[1]) / (n - base[0]):.1f}" if n != base[0] else "—"
-        print(f"| {n} | {len(g)} | {rss / 1024:.2f} | {per} | {statistics.median(r['fds'] for r in g):.0f} | "
+        an = [r["anon_kb"] for r in g if r.get("anon_kb") is not None]
+        anon = f"{statistics.median(an) / 1024:.2f}" if an else "—"
+        print(f"| {n} | {len(g)} | {rss / 1024:.2f} | {anon} | {per} | {statistics.median(r['fds'] for r in g):.0f} | "
               f"{statistics.median(r['cpu_per_signal_us'] for r in g):.0f} | "
               f"{statistics.median(r['start_to_all_connected'] for r in g):.2f} | "
-              f"{statistics.median(r['status_call_s'] for r in g) * 1000:.0f} |")
+              f"{statistics.median(r['status_call_s'] for r in g) * 1000:.0f} | "
+              + "; ".join(", ".join(f"{k} {v}" for k, v in r.get("final_states", {}).items()) for r in g) + " |")
 
 
 if __name__ == "__main__":

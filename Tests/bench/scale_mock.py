@@ -48,6 +48,14 @@ def proc_mem(pid):
     return rss, len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def proc_anon(pid):
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Anonymous:"):
+                return int(line.split()[1])
+    return 0
+
+
 def addr(i):
     return f"00:BE:00:00:{i >> 8:02X}:{i & 0xff:02X}"
 
@@ -182,6 +190,7 @@ def main():
                 t_up = time.monotonic() - t0
                 time.sleep(1)
                 rss, fds = proc_mem(h.paird.pid)
+                anon = proc_anon(h.paird.pid)
                 t = time.monotonic()
                 h.status()
                 t_status = time.monotonic() - t
@@ -212,7 +221,7 @@ def main():
                 for _ in range(polls):
                     h.status()
                 per_status = (proc_cpu(h.paird.pid) - c0) / polls
-                r = dict(bench="scale", devices=n, rep=rep, start_to_all_connected=t_up, rss_kb=rss, fds=fds,
+                r = dict(bench="scale", devices=n, rep=rep, start_to_all_connected=t_up, rss_kb=rss, anon_kb=anon, fds=fds,
                          status_call_s=t_status, toggles=a.toggles, signals=2 * a.toggles, cpu_s=cpu,
                          cpu_per_signal_us=cpu / (2 * a.toggles) * 1e6, drive_s=t_drive, settle_s=t_settle,
                          rss_after_kb=rss2, fds_after=fds2, cpu_per_status_ms=per_status * 1000,

@@ -8,6 +8,8 @@
                                       Nothing else: no Connect() call ever.
   notify_client.py ADDR               the StartNotify holder used with the `bluetoothctl connect`
                                       loop (approach b): StartNotify on 0x2A37 once, nothing else.
+  notify_client.py --paird ADDR       paird's client: logs paird's Notification signals (0x2A37),
+                                      what `pairctl watch` receives. Touches nothing in BlueZ.
 
 Every heart-rate notification is logged (JSON line, wall clock) to --log."""
 import argparse
@@ -43,6 +45,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("address")
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--paird", action="store_true")
     p.add_argument("--adapter", default="hci0")
     p.add_argument("--log", default="/dev/stdout")
     a = p.parse_args()
@@ -53,6 +56,14 @@ def main():
     def log(kind, **kw):
         logf.write(json.dumps({"wall": time.time(), "kind": kind, **kw}) + "\n")
 
+    if a.paird:
+        def on_paird(addr, characteristic, value):
+            if "2a37" in str(characteristic).lower():
+                log("notification", value=bytes(value).hex())
+        bus.add_signal_receiver(on_paird, "Notification", "org.paird1.Manager1")
+        log("started", paird=True)
+        GLib.MainLoop().run()
+        return
     dev = f"/org/bluez/{a.adapter}/dev_{a.address.upper().replace(':', '_')}"
     bus.get_object(BLUEZ, dev).Set("org.bluez.Device1", "Trusted", dbus.Boolean(True), dbus_interface=PROPS)
     if a.profile:
