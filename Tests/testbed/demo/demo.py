@@ -55,10 +55,10 @@ def install_paird():
        "org.freedesktop.DBus.ReloadConfig")
     os.makedirs("/etc/paird", exist_ok=True)
     shutil.copy(os.path.join(REPO, "etc/paird/paird.conf"), "/etc/paird/paird.conf")
-    unit = open(os.path.join(REPO, "systemd/paird.service")).read()
-    unit = unit.replace("ExecStart=/usr/local/sbin/paird", f"ExecStart={PAIRD_BIN}")
-    with open("/etc/systemd/system/paird.service", "w") as f:
-        f.write(unit)
+    # The unit as shipped (ExecStart=/usr/local/sbin/paird, PrivateTmp=yes: a build under /tmp
+    # would be invisible to the service), with the binaries where `make install` puts them.
+    shutil.copy(PAIRD_BIN, "/usr/local/sbin/paird")
+    shutil.copy(os.path.join(REPO, "systemd/paird.service"), "/etc/systemd/system/paird.service")
     sh("systemctl", "daemon-reload")
 
 
