@@ -19,6 +19,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import traceback
 
@@ -554,7 +555,9 @@ class Paird:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
                 self.notify.bind(path)
-                self.notify.setblocking(False)
+                # Read it all the time: a unix datagram socket queues only 10 messages
+                # (net.unix.max_dgram_qlen) and then sd_notify() blocks paird's loop in sendmsg.
+                threading.Thread(target=self._reader, daemon=True).start()
             args = [PAIRD_BIN, "--state-file", self.state_file]
             if self.config:
                 args += ["--config", self.config]
@@ -565,21 +568,25 @@ class Paird:
             logf.write(f"=== paird start #{self.starts} at {now() - T0:.2f}: {' '.join(args)}\n")
             logf.flush()
             env = dict(os.environ, NOTIFY_SOCKET="/run/bed/paird-notify.sock")
-            self._drain()       # what the previous paird sent is not this one's
+            # What the previous paird sent is not this one's: a marker sent now is read after it.
+            marker = f"BED-MARK={self.starts}"
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as m:
+                m.sendto(marker.encode(), "/run/bed/paird-notify.sock")
+            wait_for(lambda: any(n == marker for _, n in self.notes), 5, "the notify reader caught up")
             self.notes = []
             self.proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT, env=env)
         if wait:
             return self.wait_ready(deadline)
         return None
 
-    def _drain(self):
-        while self.notify is not None:
-            try:
-                msg = self.notify.recv(4096).decode(errors="replace")
-            except BlockingIOError:
-                return
+    def _reader(self):
+        while True:
+            msg = self.notify.recv(4096).decode(errors="replace")
             for line in msg.splitlines():
                 self.notes.append((now(), line))
+
+    def _drain(self):
+        """Datagrams are read by a thread as they arrive (self.notes); nothing to do here."""
 
     def ready(self):
         if self.mode == "systemd":
@@ -767,4 +774,4 @@ def pair_wearable(p, name="Pulse-1", deadline=60):
 
 
 __all__ = [n for n in dir() if not n.startswith("_") and n not in (
-    "contextlib", "functools", "json", "os", "socket", "subprocess", "sys", "time", "traceback")] + ["_Skip"]
+    "contextlib", "functools", "json", "os", "socket", "subprocess", "sys", "threading", "time", "traceback")] + ["_Skip"]

@@ -1,0 +1,45 @@
+#!/usr/bin/python3
+# testbed: mode=plain timeout=600
+"""Issue scenario 2 (5 minutes): the wearable stays out of range for 5 min → paird keeps
+waiting (waitingForDevice) at almost no CPU, with at most one fallback Connect() per
+FallbackInterval (60 s), and reconnects by itself when the wearable comes back."""
+from bedlib import *
+
+
+@scenario
+def main():
+    w = Wearable.start(name="Pulse-1", battery=87)
+    p = Paird()
+    with step("paird up, pairctl pair --service 180d"):
+        p.start()
+        pair_wearable(p)
+        p.wait_state("connected", 10)
+    watch = p.watch()
+    with step("walk-away → waitingForDevice with lastDisconnect"):
+        w.cmd("walk-away")
+        d = p.wait_state("waitingForDevice", 20)
+        check(d["lastDisconnect"] is not None, f"lastDisconnect = {d['lastDisconnect']}")
+    cpu0, sw0 = p.cpu()
+    conn0 = bluez_connect_attempts()
+    t0 = now()
+    bed_sleep(300, "the wearable stays away 5 min")
+    cpu1, sw1 = p.cpu()
+    conn1 = bluez_connect_attempts()
+    with step("while away 5 min: still waiting, no connect storm, (almost) no CPU"):
+        dt = now() - t0
+        log(f"MEASURED paird while waiting {dt:.1f} s: {cpu1 - cpu0:.2f} CPU-seconds, {sw1 - sw0} context "
+            f"switches (wake-ups), {conn1 - conn0} Device1.Connect attempts")
+        check(p.state() == "waitingForDevice", "still waitingForDevice")
+        check(conn1 - conn0 <= 7, f"≤ 7 Connect attempts in 5 min (one per FallbackInterval=60 s; got {conn1 - conn0})")
+        check(cpu1 - cpu0 < 5.0, f"< 5 CPU-seconds in 5 min (got {cpu1 - cpu0:.2f})")
+        check(sw1 - sw0 < 1000, f"< 1000 wake-ups in 5 min (got {sw1 - sw0})")
+    with step("back after 5 min → connected, notifications flow (no pairctl command)"):
+        t = now()
+        n = len(watch.lines("notify"))
+        w.cmd("come-back")
+        p.wait_state("connected", 90)
+        log(f"connected {now() - t:.2f} s after come-back")
+        wait_for(lambda: len(watch.lines("notify")) >= n + 2, 15, "2 new notify lines")
+
+
+main()
