@@ -898,7 +898,8 @@ public final class BlueZClient {
         // BlueZ 5.66 often emits no Connected=true for a link made by Device1.Connect (seen in the
         // test bed: only ServicesResolved=true), so the cache still says false when the link
         // drops; a resolved link counts as up, or that Connected=false would go unreported.
-        let wasUp = before.connected || before.servicesResolved
+        // (Going up is judged on Connected alone: a stale ServicesResolved must not hide it.)
+        let wasUp = after.connected ? before.connected : before.connected || before.servicesResolved
         if changed["Connected"] != nil, wasUp != after.connected { emit(.connectedChanged(a, after.connected)) }
         if changed["ServicesResolved"] != nil, before.servicesResolved != after.servicesResolved {
             emit(.servicesResolvedChanged(a, after.servicesResolved))
