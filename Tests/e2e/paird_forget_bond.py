@@ -1,0 +1,75 @@
+#!/usr/bin/python3
+# testbed: mode=plain timeout=360
+"""Issue scenario 6: the wearable forgets its bond (factory reset) → paird marks it needsRepair
+after SetupFailuresBeforeRepair (3) failed link setups, makes no reconnect loop, and
+`pairctl pair` repairs it.
+
+KNOWN PROBLEM (Tests/testbed/README.md): the bed's kernel 6.1 BUGs (list_del corruption in
+hci_chan_del) when the central's encryption fails with the stale key, and bluetoothd dies with
+it. When that happens this scenario reports it and SKIPs (exit 0, counted as skipped by e2e.sh);
+it never pretends to pass."""
+from bedlib import *
+
+
+def blocked_by_kernel_bug():
+    line = kernel_bug()
+    if line:
+        log(f"dmesg: {line}")
+        skip("blocked by kernel bug: the bed's kernel 6.1 hit 'list_del corruption' (hci_chan_del) on the "
+             "central's encryption failure after the wearable forgot the bond; bluetoothd died with it "
+             "(see dmesg.log). needsRepair could not be observed.")
+
+
+@scenario
+def main():
+    w = Wearable.start(name="Pulse-1", battery=87)
+    p = Paird()
+    with step("paird up, pairctl pair --service 180d"):
+        p.start()
+        pair_wearable(p)
+        p.wait_state("connected", 10)
+
+    with step("wearable forget-bond → paird marks needsRepair (or the kernel BUG hits)"):
+        t = now()
+        w.cmd("forget-bond")
+        wait_for(lambda: w.status()["advertising"] or w.cmd("come-back"), 10, "wearable advertising")
+
+        def outcome():
+            if kernel_bug():
+                return "kernel-bug"
+            d = p.device()
+            return "needsRepair" if d and d["state"] == "needsRepair" else None
+        try:
+            what = wait_for(outcome, 150, "needsRepair (or a kernel BUG)", interval=0.5)
+        except BedError:
+            blocked_by_kernel_bug()
+            c = Central("hci0")
+            dev = c.device_path(WEARABLE_ADDR)
+            bz = c.props(dev)
+            log(f"BlueZ on the central: Connected={bool(bz['Connected'])} ServicesResolved="
+                f"{bool(bz['ServicesResolved'])} Paired={bool(bz['Paired'])}; paird: {p.state()}")
+            if bz["Connected"] and not bz["ServicesResolved"] and p.state() == "connected":
+                raise BedError("paird gap: after forget-bond BlueZ 5.66 keeps the central's link "
+                               "Connected=true with ServicesResolved=false (GATT gone) and paird still "
+                               "says connected: ServicesResolved turning false is not an event of the machine")
+            raise
+        if what == "kernel-bug":
+            blocked_by_kernel_bug()
+        log(f"needsRepair {now() - t:.2f} s after forget-bond; lastDisconnect={p.device()['lastDisconnect']}")
+
+    conn0 = bluez_connect_attempts()
+    bed_sleep(60, "needsRepair for 60 s with the wearable advertising: no reconnect loop")
+    with step("no reconnect loop: ≤ 1 Connect attempt in 60 s, still needsRepair"):
+        n = bluez_connect_attempts() - conn0
+        log(f"Device1.Connect attempts in 60 s: {n}")
+        blocked_by_kernel_bug()
+        check(n <= 1, f"≤ 1 Connect attempt (got {n})")
+        check(p.state() == "needsRepair", "still needsRepair")
+        rc, _, err = p.pairctl("connect")
+        check(rc == 10, f"pairctl connect → 10 needs repair ({err.strip()})")
+    with step("pairctl pair repairs it → connected"):
+        pair_wearable(p)
+        p.wait_state("connected", 30)
+
+
+main()
