@@ -159,7 +159,11 @@ public final class Daemon {
                 adapterUp: bluez.adapter?.powered ?? false)
             feed(.linkDown(a, evidence))
         case .servicesResolvedChanged(let a, let resolved):
-            if resolved { feed(.servicesResolved(a)) }
+            if resolved {
+                feed(.servicesResolved(a))
+            } else if bluez.device(a)?.connected == true {
+                feed(.servicesLost(a)) // link up, GATT gone (a plain link loss clears Connected too)
+            }
         case .bondChanged(let a, let bonded):
             if !bonded { feed(.bondLost(a)) }
         case .deviceRemoved(let a):

@@ -72,6 +72,9 @@ public enum Event: Sendable, Hashable {
     // Device signals from BlueZ.
     case linkUp(DeviceAddress)
     case servicesResolved(DeviceAddress)
+    /// `ServicesResolved` turned false while `Connected` stayed true: the link is up but GATT is
+    /// gone (seen on 5.66 when the wearable forgot its bond).
+    case servicesLost(DeviceAddress)
     case linkDown(DeviceAddress, DisconnectClassifier.Evidence)
     /// `Paired`/`Bonded` turned false.
     case bondLost(DeviceAddress)

@@ -65,6 +65,7 @@ public struct PairingMachine: Sendable {
         case .adapterLost: adapterLost(now, &actions)
         case .linkUp(let a): linkUp(a, now, &actions)
         case .servicesResolved(let a): servicesResolved(a, now, &actions)
+        case .servicesLost(let a): servicesLost(a, now, &actions)
         case .linkDown(let a, let evidence): linkDown(a, evidence, now, &actions)
         case .bondLost(let a): lostBond(a, reason: "bond-removed", now, &actions)
         case .deviceRemoved(let a): lostBond(a, reason: "device-removed", now, &actions)
@@ -204,6 +205,14 @@ public struct PairingMachine: Sendable {
         case .restoring, .connected, .needsRepair, .adapterUnavailable:
             break
         }
+    }
+
+    /// A usable link lost its services without dropping: treat it as a link being set up again,
+    /// so the discovery countdown (and, if it keeps failing, the lost-bond heuristic) decides.
+    private mutating func servicesLost(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
+        guard let i = slot[a], case .connected = slots[i].state else { return }
+        move(i, to: .discovering(countdown: countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))),
+             now, &actions, reason: "services-lost")
     }
 
     private mutating func linkSetUp(_ a: DeviceAddress, _ failure: BlueZFailure?, _ now: Moment, _ actions: inout [Action]) {
@@ -372,6 +381,11 @@ public struct PairingMachine: Sendable {
             case .discovering:
                 // Services never resolved: drop this link and start over (it is our own disconnect,
                 // so the link-down that follows finds us `connecting` and is not a link loss).
+                if countSetupFailure(i) { // entering needsRepair disconnects too
+                    move(i, to: .needsRepair(reason: Self.suspectedBondLoss), now, &actions, reason: Self.suspectedBondLoss)
+                    actions.append(.updateAutoConnect(autoConnectUUIDs))
+                    return
+                }
                 actions.append(.disconnect(a))
                 let delay = config.backoff.delay(attempt: 1, unit: rng.nextUnit())
                 move(i, to: .connecting(.backingOff, attempt: 1, countdown: countdown(.device(a), .retryBackoff, now + delay)),

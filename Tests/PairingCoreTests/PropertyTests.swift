@@ -22,7 +22,8 @@ struct PropertyTests {
             case 0, 1, 2: return .countdownFired(h.armed.keys.sorted { $0.generation < $1.generation }.randomElement(using: &rng) ?? staleID(a))
             case 3: return .countdownFired(staleID(a))
             case 4: return .linkUp(a)
-            case 5, 6: return .servicesResolved(a)
+            case 5: return .servicesResolved(a)
+            case 6: return chance(0.7) ? .servicesResolved(a) : .servicesLost(a)
             case 7, 8: return .linkDown(a, .init(reason: chance(0.5) ? nil : DisconnectClassifier.Reason.allCases[int(6)],
                                                 stillBonded: chance(0.9), deviceExists: chance(0.95), adapterUp: chance(0.95)))
             case 9: return chance(0.5) ? .bondLost(a) : .deviceRemoved(a)

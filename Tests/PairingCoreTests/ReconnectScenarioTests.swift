@@ -225,6 +225,24 @@ struct ReconnectScenarioTests {
         #expect(out.reports(.needsRepair).first?.reason == "suspected-bond-loss")
     }
 
+    @Test("5.66, wearable forgot its bond while connected: the link stays up but services go; discovery times out, and again → needsRepair")
+    func servicesLostWhileConnected() {
+        var h = Harness.connected()
+        var out = h.send(.servicesLost(watch))
+        #expect(h.stateName(watch) == "discovering")
+        #expect(out.connects() == 0 && out.disconnects == 0, "give it the discovery window first")
+        for round in 1...3 {
+            out = h.fireNext() // discovery countdown: our own disconnect
+            #expect(out.disconnects == 1)
+            if round == 3 { break }
+            h.fireNext()       // backoff → Connect
+            h.send(.linkUp(watch))
+        }
+        #expect(h.state(watch) == .needsRepair(reason: "suspected-bond-loss"))
+        #expect(h.armed.isEmpty)
+        #expect(h.send(.servicesLost(watch)).isEmpty, "ignored outside connected")
+    }
+
     @Test("a link that becomes usable clears the count of failed setups")
     func setupFailuresReset() {
         var h = Harness.connected()
