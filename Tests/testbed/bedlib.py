@@ -203,7 +203,7 @@ def check(cond, what):
 
 
 # ------------------------------------------------------------------ bluetoothd
-def bluetoothd(action, timeout=40):
+def bluetoothd(action, timeout=90):
     """start | stop | restart | kill | status — via guest/bluetoothd-ctl (plain or systemd)."""
     r = subprocess.run([os.path.join(TESTBED, "guest", "bluetoothd-ctl"), action],
                        capture_output=True, text=True, timeout=timeout)
