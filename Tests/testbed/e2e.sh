@@ -6,6 +6,8 @@
 # duration and a final "N passed, N failed, N skipped"; exits 1 if any failed. A scenario that
 # exits 0 after calling bedlib's skip() (it writes $BED_OUT/SKIPPED) counts as skipped.
 # PAIRD_BIN / PAIRCTL_BIN default to the release build (.build/release/{paird,pairctl}).
+# A failed scenario gets one retry on a fresh VM (E2E_RETRIES=0 turns that off); the summary
+# marks every scenario that needed it.
 set -uo pipefail
 TB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 E2E=$(cd "$TB/../e2e" && pwd)
@@ -37,10 +39,23 @@ for s in "${scenarios[@]}"; do
   t0=$(date +%s.%N)
   "$TB/run-vm" "$s"
   rc=$?
-  dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
   out=$(realpath -m "$TB/../../testbed-out/$name")
-  if ((rc == 0)) && [[ -f $out/SKIPPED ]]; then skip=$((skip + 1)); summary+=("SKIP  $name  (${dt} s): $(head -c 300 "$out/SKIPPED")")
-  elif ((rc == 0)); then pass=$((pass + 1)); summary+=("PASS  $name  (${dt} s)")
+  note=""
+  if ((rc != 0)) && ((${E2E_RETRIES:-1} > 0)); then
+    # One fresh VM more for a failed scenario: the TCG guest's timing swings widely with host
+    # load. The first run's logs are kept, and the summary says a retry was needed.
+    rm -rf "$out-try1"; mv "$out" "$out-try1" 2>/dev/null
+    printf '
+[1m=== %s: failed (exit %d); one retry on a fresh VM, first logs in %s[0m
+' "$name" "$rc" "$out-try1"
+    "$TB/run-vm" "$s"
+    rc2=$?
+    note=" — NEEDED A RETRY: first run exit $rc, logs $out-try1"
+    rc=$rc2
+  fi
+  dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
+  if ((rc == 0)) && [[ -f $out/SKIPPED ]]; then skip=$((skip + 1)); summary+=("SKIP  $name  (${dt} s)$note: $(head -c 300 "$out/SKIPPED")")
+  elif ((rc == 0)); then pass=$((pass + 1)); summary+=("PASS  $name  (${dt} s)$note")
   else fail=$((fail + 1)); summary+=("FAIL  $name  (${dt} s, exit $rc; logs: $(realpath -m "$TB/../../testbed-out/$name"))"); fi
 done
 printf '\n\033[1m=== e2e summary (%d s)\033[0m\n' $((SECONDS - t_all))
