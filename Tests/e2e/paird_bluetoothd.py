@@ -18,6 +18,8 @@ def main():
         pair_wearable(p)
         p.wait_state("connected", 10)
     watch = p.watch()
+    # pairctl watch is subscribed once it prints: a heart-rate line comes every second.
+    wait_for(lambda: len(watch.lines("notify")) >= 1, 30, "pairctl watch receiving")
 
     with step("bluetoothd restart → adapterUnavailable → connected (no pairctl command)"):
         n = len(watch.lines("state"))
