@@ -24,6 +24,30 @@ def main():
     m.hr_path = find_hr_path(c)
     p.wait_flowing(30)
     pid = p.main_pid()
+    if os.environ.get("BED_X_QUIET"):
+        w.cmd("hr-interval 0")          # subscribed, but the wearable sends nothing
+        bed_sleep(2, "last notification delivered")
+    t = wall()
+    bed_sleep(float(os.environ.get("BED_X_STEADY", 20)), "steady state: paird forwarding time per notification")
+    fw, last = [], {}
+    for x, k, v in m.ev:
+        if x < t:
+            continue
+        if k == "bluez-hr":
+            last[v] = x
+        elif k == "paird-hr" and v in last:
+            fw.append(x - last.pop(v))
+    p.drain()
+    pings = [x - t for x, n in p.notes if n == "WATCHDOG=1" and x >= t]
+    log(f"WATCHDOG_USEC=10 s: WATCHDOG=1 pings during the {os.environ.get('BED_X_STEADY', 20)} s window at "
+        f"+{', +'.join(f'{x:.1f}' for x in pings) or 'none'} s; paird {proc_sample(pid)[1]} context switches so far")
+    record(bench="watchdog", hr=float(os.environ.get("BED_X_HR", 0.1)), pings=pings)
+    fw.sort()
+    if fw:
+        log(f"steady state, heart rate every {os.environ.get('BED_X_HR', 0.1)} s: paird Notification − BlueZ Value "
+            f"median {fw[len(fw) // 2] * 1000:.0f} ms, max {fw[-1] * 1000:.0f} ms, n={len(fw)}; "
+            f"BlueZ values {m.count('bluez-hr', t)}, paird notifications {m.count('paird-hr', t)}")
+        record(bench="forwarding", hr=float(os.environ.get("BED_X_HR", 0.1)), deltas=fw)
     for i in range(1, CYCLES + 1):
         t = wall()
         w.cmd("walk-away")

@@ -47,15 +47,17 @@ def reconnect(d):
             if not g:
                 continue
             ok = [r for r in g if not r.get("error")]
+            # a rep whose first notification came but whose flow then stopped still has a t_cl
+            late = [r for r in g if r.get("error") and r.get("t_cl")]
             cells = []
             for k in ("t_conn", "t_sr", "t_cl"):
-                xs = [r[k] - r["t_adv"] for r in ok if r.get(k)]
+                xs = [r[k] - r["t_adv"] for r in ok + (late if k == "t_cl" else []) if r.get(k)]
                 m, p = ms(xs)
                 cells.append(f"{m} / {p} ({len(xs)})")
             ca = [r.get("connect_attempts", 0) for r in ok]
             print(f"| {a} | {len(g)} | {' | '.join(cells)} | "
                   f"{statistics.median(ca) if ca else '—'} (max {max(ca) if ca else '—'}) | {len(g) - len(ok)} |")
-        p = [r for r in rs if r["approach"] == "paird" and r["away"] == away and not r.get("error")]
+        p = [r for r in rs if r["approach"] == "paird" and r["away"] == away and r.get("t_cl")]
         if p:
             print(f"\npaird's own share (away {away} s), ms, median / p95 (n):\n")
             for what, k1, k2 in (("first notification: paird's `Notification` signal − BlueZ's Value signal", "t_cl", "t_bz"),
