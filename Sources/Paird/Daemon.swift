@@ -143,6 +143,9 @@ public final class Daemon {
             feed(.adapterLost)
             markReadyIfNeeded()
         case .deviceFound(let info):
+            if info.isBonded, case .needsRepair? = machine.device(info.address)?.state {
+                feed(.bondedDeviceAppeared(info.address))
+            }
             guard let p = machine.pairing, case .scanning = p.phase else { return }
             // RSSI 127 is HCI's "not available".
             feed(.candidateFound(Candidate(address: info.address, addressType: info.addressType, name: info.name,

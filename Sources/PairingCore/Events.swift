@@ -80,6 +80,9 @@ public enum Event: Sendable, Hashable {
     case bondLost(DeviceAddress)
     /// The device object vanished while the adapter stayed.
     case deviceRemoved(DeviceAddress)
+    /// A bonded device object (re)appeared in BlueZ: after a bluetoothd restart the stored
+    /// devices can show up only after the adapter does.
+    case bondedDeviceAppeared(DeviceAddress)
 
     // Replies to our actions.
     case connectSucceeded(DeviceAddress, call: UInt64)

@@ -69,6 +69,7 @@ public struct PairingMachine: Sendable {
         case .linkDown(let a, let evidence): linkDown(a, evidence, now, &actions)
         case .bondLost(let a): lostBond(a, reason: "bond-removed", now, &actions)
         case .deviceRemoved(let a): lostBond(a, reason: "device-removed", now, &actions)
+        case .bondedDeviceAppeared(let a): bondedDeviceAppeared(a, now, &actions)
         case .connectSucceeded(let a, let call): connectSucceeded(a, call, now, &actions)
         case .connectFailed(let a, let call, let f): connectFailed(a, call, f, now, &actions)
         case .linkSetUp(let a, let failure): linkSetUp(a, failure, now, &actions)
@@ -283,6 +284,19 @@ public struct PairingMachine: Sendable {
         case .restoring, .adapterUnavailable, .needsRepair:
             break // BlueZ drops every object when bluetoothd or the adapter goes: reconciliation decides
         }
+    }
+
+    /// Only a device marked "removed from BlueZ" comes back this way (a lost *bond* needs pairing).
+    private mutating func bondedDeviceAppeared(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
+        guard adapterUp, let i = slot[a], slots[i].state == .needsRepair(reason: "device-removed") else { return }
+        slots[i].setupFailures = 0
+        if slots[i].wanted == .disconnected {
+            move(i, to: .disconnected, now, &actions)
+            return
+        }
+        actions.append(.setTrusted(a, true))
+        startConnect(i, attempt: 1, now, &actions)
+        actions.append(.updateAutoConnect(autoConnectUUIDs))
     }
 
     // MARK: Connect

@@ -26,7 +26,7 @@ struct PropertyTests {
             case 6: return chance(0.7) ? .servicesResolved(a) : .servicesLost(a)
             case 7, 8: return .linkDown(a, .init(reason: chance(0.5) ? nil : DisconnectClassifier.Reason.allCases[int(6)],
                                                 stillBonded: chance(0.9), deviceExists: chance(0.95), adapterUp: chance(0.95)))
-            case 9: return chance(0.5) ? .bondLost(a) : .deviceRemoved(a)
+            case 9: return chance(0.4) ? .bondLost(a) : chance(0.6) ? .deviceRemoved(a) : .bondedDeviceAppeared(a)
             case 10: return .connectSucceeded(a, call: h.lastConnectCall[a] ?? 0)
             case 11: return .connectFailed(a, call: h.lastConnectCall[a] ?? 0, failures[int(failures.count)])
             case 12: return .linkSetUp(a, failure: chance(0.8) ? nil : failures[int(failures.count)])
@@ -125,6 +125,8 @@ struct PropertyTests {
         switch event {
         case .userConnect(let a): promises.userDown.remove(a)
         case .userUnpair(let a): promises.userDown.remove(a); promises.repairPending.remove(a)
+        case .bondedDeviceAppeared(let a) where before[a]?.state == .needsRepair(reason: "device-removed"):
+            promises.repairPending.remove(a) // BlueZ has the bond again: not a loop after a lost bond
         case .pairSucceeded(let a, _), .pairFailed(let a, _, .alreadyExists):
             if h.machine.devices[a]?.wanted == .connected, before[a]?.wanted != .connected || before[a]?.state.name == "needsRepair" {
                 promises.userDown.remove(a); promises.repairPending.remove(a)

@@ -359,6 +359,21 @@ struct RestorationTests {
         #expect(out.connects(watch) == 1)
     }
 
+    @Test("bluetoothd restart where the stored device shows up after the adapter: needsRepair, then back when it appears bonded")
+    func deviceLateAfterRestart() {
+        var h = Harness.connected()
+        h.send(.adapterLost)
+        h.send(.adapterReady([:])) // the new bluetoothd has not loaded the device yet
+        #expect(h.state(watch) == .needsRepair(reason: "device-removed"))
+        let out = h.send(.bondedDeviceAppeared(watch))
+        #expect(out.connects(watch) == 1)
+        #expect(out.contains(.setTrusted(watch, true)))
+        #expect(h.stateName(watch) == "connecting")
+        // A lost bond (not a removal) is not undone by an appearance.
+        h.send(.bondLost(watch))
+        #expect(h.send(.bondedDeviceAppeared(watch)).connects() == 0)
+    }
+
     @Test("bluetoothd restart: objects vanish while the adapter is gone, the device is not marked for repair")
     func bluetoothdRestart() {
         var h = Harness.connected()
