@@ -214,6 +214,25 @@ public final class DBusConnection {
         scheduleDispatch()
     }
 
+    /// One line for a diagnostic dump: what libdbus holds (dispatch status, unsent bytes) and
+    /// what this side has scheduled.
+    public var debugSummary: String {
+        guard let conn = raw else { return "dbus: closed" }
+        let status = switch dbus_connection_get_dispatch_status(conn) {
+        case DBUS_DISPATCH_DATA_REMAINS: "data-remains"
+        case DBUS_DISPATCH_COMPLETE: "complete"
+        default: "need-memory"
+        }
+        let ws = watches.keys.map { w in
+            "fd \(dbus_watch_get_unix_fd(w)) \(dbus_watch_get_flags(w) & DBUS_WATCH_READABLE.rawValue != 0 ? "r" : "w")"
+                + (dbus_watch_get_enabled(w) != 0 ? " on" : " off")
+        }.sorted()
+        let ts = timeouts.keys.filter { dbus_timeout_get_enabled($0) != 0 }.count
+        return "dbus: dispatch \(status), scheduled \(dispatchScheduled), dispatching \(dispatching), "
+            + "outgoing \(dbus_connection_get_outgoing_size(conn)) bytes (has \(dbus_connection_has_messages_to_send(conn) != 0)), "
+            + "watches [\(ws.joined(separator: ", "))], timeouts \(timeouts.count) (\(ts) enabled), pending calls \(pendingCalls.count)"
+    }
+
     static func from(_ context: UnsafeMutableRawPointer) -> DBusConnection {
         Unmanaged<DBusConnection>.fromOpaque(context).takeUnretainedValue()
     }

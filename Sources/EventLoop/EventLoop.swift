@@ -134,6 +134,18 @@ public final class EventLoop {
     /// Timers waiting to fire (for tests: cancellation must leave nothing behind).
     var pendingTimerCount: Int { timers.count }
 
+    /// One line for a diagnostic dump (paird's SIGUSR1): wake-ups, timers, queued callbacks, and
+    /// each watched fd with what its watches ask for and what epoll has registered.
+    public var debugSummary: String {
+        let fds = fdEntries.keys.sorted().map { fd -> String in
+            let e = fdEntries[fd]!
+            let asked = e.watches.map { w in (w.events.contains(.read) ? "r" : "") + (w.events.contains(.write) ? "w" : "") }
+            let reg = e.registered ? (e.registeredMask & Epoll.in != 0 ? "r" : "") + (e.registeredMask & Epoll.out != 0 ? "w" : "") : "-"
+            return "fd \(fd) watches [\(asked.map { $0.isEmpty ? "off" : $0 }.joined(separator: ","))] epoll \(reg.isEmpty ? "none" : reg)"
+        }
+        return "loop: \(wakeups) wake-ups, \(timers.count) timers, \(queued.count) queued; " + fds.joined(separator: "; ")
+    }
+
     /// Cancels every watch and timer, forgets signal handlers and queued work. Callbacks often
     /// capture the loop (`loop.onSignal(SIGTERM) { loop.stop() }`), which is a reference cycle;
     /// call this after the last `run()` so that everything the callbacks hold is released

@@ -95,10 +95,19 @@ public final class Daemon {
 
         bluez = BlueZClient(connection: bus, adapter: config.adapter)
         bluez.onEvent = { [unowned self] event in handle(event) }
+        if log.minimumPriority == .debug {
+            bluez.log = { [unowned self] line in log.debug("bluez: \(line)") }
+        }
         bluez.start()
 
         try loop.onSignal(SIGTERM) { [unowned self] in shutDown("SIGTERM") }
         try loop.onSignal(SIGINT) { [unowned self] in shutDown("SIGINT") }
+        try loop.onSignal(SIGUSR1) { [unowned self] in
+            // A diagnostic dump (README: "When something looks stuck").
+            log.info("SIGUSR1: \(machine.statusLine(now: Daemon.now()))")
+            log.info("SIGUSR1: \(loop.debugSummary)")
+            log.info("SIGUSR1: \(bus.debugSummary)")
+        }
         try loop.onSignal(SIGHUP) { [unowned self] in log.info("SIGHUP: configuration is read at start only; restart paird to apply changes") }
         if let interval = ServiceManager.watchdogPingInterval() { scheduleWatchdog(every: interval) }
 
@@ -134,6 +143,9 @@ public final class Daemon {
     // MARK: Events in
 
     func handle(_ event: BlueZEvent) {
+        if log.minimumPriority == .debug {
+            if case .notification = event {} else { log.debug("event: \(event)") }
+        }
         switch event {
         case .adapterReady:
             feed(.adapterReady(bluez.views(for: Array(machine.devices.keys))))
@@ -206,6 +218,7 @@ public final class Daemon {
 
     private func process(_ event: Event) {
         let now = Daemon.now()
+        if log.minimumPriority == .debug { log.debug("machine: \(event)") }
         actions.removeAll(keepingCapacity: true)
         machine.handle(event, now: now, into: &actions)
         let batch = actions
@@ -220,6 +233,7 @@ public final class Daemon {
     // MARK: Actions out
 
     func perform(_ action: Action, now: Moment) {
+        if log.minimumPriority == .debug { log.debug("action: \(action)") }
         switch action {
         case .connect(let a, let call, let timeout):
             connectCalls += 1

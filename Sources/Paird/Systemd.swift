@@ -69,7 +69,12 @@ public final class Log: @unchecked Sendable {
             switch priority {
             case .error: tag = "error: "
             case .warning: tag = "warning: "
-            case .notice, .info, .debug: tag = ""
+            case .notice, .info: tag = ""
+            case .debug:
+                // --verbose on a terminal: monotonic seconds, to line events up with other logs.
+                var t = timespec()
+                clock_gettime(CLOCK_BOOTTIME, &t)
+                tag = "[" + String(format: "%.3f", Double(t.tv_sec) + Double(t.tv_nsec) / 1e9) + "] "
             }
             FileHandleWriter.stderr("paird: \(tag)\(line)\n")
         }

@@ -31,6 +31,9 @@ struct PairdCommand: ParsableCommand {
     @Flag(name: .customLong("check-config"), help: "Parse the configuration file, report problems, and exit.")
     var checkConfig = false
 
+    @Flag(name: [.short, .long], help: "Also log, at debug priority, every BlueZ event paird reacts to and every action it takes (not the notifications' values).")
+    var verbose = false
+
     func validate() throws {
         if let a = adapter, a.range(of: #"^hci[0-9]+$"#, options: .regularExpression) == nil, DeviceAddress(a) == nil {
             throw ValidationError("--adapter must be an adapter name like hci0 or an address like 00:AA:01:00:00:00, got \"\(a)\"")
@@ -39,6 +42,7 @@ struct PairdCommand: ParsableCommand {
 
     func run() throws {
         let log = Log()
+        if verbose { log.minimumPriority = .debug }
         if checkConfig {
             do {
                 let (_, warnings) = try DaemonConfig.load(path: config)
@@ -70,7 +74,7 @@ struct PairdCommand: ParsableCommand {
 // default action on some other thread.
 var blocked = sigset_t()
 sigemptyset(&blocked)
-for s in [SIGTERM, SIGINT, SIGHUP] { sigaddset(&blocked, s) }
+for s in [SIGTERM, SIGINT, SIGHUP, SIGUSR1] { sigaddset(&blocked, s) }
 pthread_sigmask(SIG_BLOCK, &blocked, nil)
 
 PairdCommand.main()
