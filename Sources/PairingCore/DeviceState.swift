@@ -110,6 +110,9 @@ public struct ManagedDevice: Sendable, Hashable {
     /// Links that came up but dropped before becoming usable (or quick abort-by-local failures),
     /// in a row; at `MachineConfig.setupFailuresBeforeRepair` the bond is presumed lost.
     public var setupFailures: Int
+    /// The current link reached `ServicesResolved`: BlueZ read the wearable's GATT database over
+    /// it, so the bond (encryption with the stored key) works; its loss is not a failed setup.
+    public var linkResolved: Bool = false
     /// Has reached `connected` since the daemon started (a later connect is a *reconnect*).
     public var hasBeenConnected: Bool
 

@@ -154,6 +154,7 @@ public struct PairingMachine: Sendable {
         } else if !view.bonded {
             move(i, to: .needsRepair(reason: "bond-removed"), now, &actions, reason: "bond-removed")
         } else if view.connected {
+            slots[i].linkResolved = view.servicesResolved
             move(i, to: .discovering(countdown: countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))), now, &actions)
             if view.servicesResolved { actions.append(.setUpLink(a)) }
         } else {
@@ -181,6 +182,7 @@ public struct PairingMachine: Sendable {
     private mutating func linkUp(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
         guard let i = slot[a] else { return }
         let d = slots[i]
+        slots[i].linkResolved = false
         switch d.state {
         case .connecting, .waitingForDevice:
             move(i, to: .discovering(countdown: countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))), now, &actions)
@@ -194,6 +196,7 @@ public struct PairingMachine: Sendable {
     private mutating func servicesResolved(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
         guard let i = slot[a] else { return }
         let d = slots[i]
+        slots[i].linkResolved = true
         switch d.state {
         case .connecting, .waitingForDevice:
             // A reconnect made by Connect() often signals no Connected=true: resolved means usable.
@@ -211,7 +214,9 @@ public struct PairingMachine: Sendable {
     /// A usable link lost its services without dropping: treat it as a link being set up again,
     /// so the discovery countdown (and, if it keeps failing, the lost-bond heuristic) decides.
     private mutating func servicesLost(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
-        guard let i = slot[a], case .connected = slots[i].state else { return }
+        guard let i = slot[a] else { return }
+        slots[i].linkResolved = false
+        guard case .connected = slots[i].state else { return }
         move(i, to: .discovering(countdown: countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))),
              now, &actions, reason: "services-lost")
     }
@@ -240,13 +245,14 @@ public struct PairingMachine: Sendable {
     private mutating func linkDown(_ a: DeviceAddress, _ e: DisconnectClassifier.Evidence, _ now: Moment, _ actions: inout [Action]) {
         guard let i = slot[a] else { return }
         let d = slots[i]
+        slots[i].linkResolved = false
         let verdict = DisconnectClassifier.classify(e, weAskedForIt: false)
         switch d.state {
         case .connected, .discovering:
             switch verdict {
             case .linkLoss(let reason):
                 slots[i].lastDisconnect = .init(reason: reason, at: now)
-                if case .discovering = d.state, countSetupFailure(i) {
+                if case .discovering = d.state, !d.linkResolved, countSetupFailure(i) {
                     move(i, to: .needsRepair(reason: Self.suspectedBondLoss), now, &actions, reason: Self.suspectedBondLoss)
                     actions.append(.updateAutoConnect(autoConnectUUIDs))
                 } else {
@@ -329,6 +335,7 @@ public struct PairingMachine: Sendable {
 
     private mutating func connectSucceeded(_ a: DeviceAddress, _ call: UInt64, _ now: Moment, _ actions: inout [Action]) {
         guard let i = slot[a], slots[i].state.pendingCall == call else { return }
+        slots[i].linkResolved = false
         move(i, to: .discovering(countdown: countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))), now, &actions)
     }
 
@@ -393,9 +400,10 @@ public struct PairingMachine: Sendable {
             case .connecting(.backingOff, let attempt, _):
                 startConnect(i, attempt: attempt + 1, now, &actions)
             case .discovering:
-                // Services never resolved: drop this link and start over (it is our own disconnect,
+                // Not usable in time: drop this link and start over (it is our own disconnect,
                 // so the link-down that follows finds us `connecting` and is not a link loss).
-                if countSetupFailure(i) { // entering needsRepair disconnects too
+                // Only a link whose services never resolved counts toward the lost-bond heuristic.
+                if !d.linkResolved, countSetupFailure(i) { // entering needsRepair disconnects too
                     move(i, to: .needsRepair(reason: Self.suspectedBondLoss), now, &actions, reason: Self.suspectedBondLoss)
                     actions.append(.updateAutoConnect(autoConnectUUIDs))
                     return

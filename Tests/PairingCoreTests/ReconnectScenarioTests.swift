@@ -257,6 +257,41 @@ struct ReconnectScenarioTests {
         }
     }
 
+
+    @Test("a flapping link whose services resolve each time (the bond works) never trips the lost-bond heuristic")
+    func flappingResolvedLinkIsNotABondLoss() {
+        var h = Harness.connected()
+        var connects = 0
+        for _ in 0..<50 {
+            connects += h.send(.linkDown(watch, linkLoss)).connects()
+            h.send(.linkUp(watch))
+            h.send(.servicesResolved(watch))   // encrypted with the stored key and GATT read…
+            connects += h.send(.linkDown(watch, linkLoss)).connects() // …dropped before setUpLink replied
+            h.send(.linkUp(watch))
+            h.send(.servicesResolved(watch))
+            #expect(h.stateName(watch) == "discovering")
+        }
+        #expect(connects == 0)
+        h.send(.linkSetUp(watch, failure: nil))
+        #expect(h.state(watch) == .connected)
+    }
+
+    @Test("a resolved link that is not set up in time is dropped and retried, but not counted as a lost bond")
+    func slowSetUpOfResolvedLinkIsRetried() {
+        var h = Harness.connected()
+        h.send(.linkDown(watch, linkLoss))
+        h.send(.linkUp(watch))
+        for _ in 0..<5 {
+            h.send(.servicesResolved(watch))
+            let out = h.fireNext() // discovery countdown: StartNotify never answered
+            #expect(out.disconnects == 1)
+            #expect(h.stateName(watch) == "connecting")
+            h.send(.linkDown(watch, linkLoss)) // our own disconnect, seen while backing off
+            #expect(h.fireNext().connects() == 1)
+            h.send(.linkUp(watch))
+        }
+        #expect(h.stateName(watch) == "discovering", "after 5 timeouts of a resolved link: still trying, not needsRepair")
+    }
     @Test("Connect failing authentication (the wearable forgot us) means needsRepair")
     func connectAuthFailure() {
         var h = Harness.connected()
