@@ -11,6 +11,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 import dbus
@@ -284,17 +285,21 @@ class PairdApproach(Approach):
                 os.unlink(self.NOTIFY)
             self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             self.notify.bind(self.NOTIFY)
-            self.notify.setblocking(False)
+            # Read it all the time, as systemd does: a unix datagram socket queues only
+            # net.unix.max_dgram_qlen (10 here, without systemd's sysctl) messages, and then
+            # sd_notify() blocks paird's whole loop in sendmsg.  (Reading it only now and then
+            # was the cause of the "paird goes deaf" finding of the first benchmark runs.)
+            threading.Thread(target=self._reader, daemon=True).start()
 
-    def drain(self):
+    def _reader(self):
         while True:
-            try:
-                msg = self.notify.recv(4096).decode(errors="replace")
-            except BlockingIOError:
-                return
+            msg = self.notify.recv(4096).decode(errors="replace")
             t = wall()
             for line in msg.splitlines():
                 self.notes.append((t, line))
+
+    def drain(self):
+        """Datagrams are read by a thread as they arrive (self.notes); nothing to do here."""
 
     def start(self, wait_ready=True):
         """exec paird (plain child; NOTIFY_SOCKET is ours); returns (t_exec, t_ready)."""
@@ -302,6 +307,7 @@ class PairdApproach(Approach):
         self.drain()
         self.notes = []
         args = [PAIRD_BIN, "--state-file", self.STATE] + (["--config", self.config] if self.config else [])
+        args += os.environ.get("BED_X_PAIRD_ARGS", "").split()   # e.g. --verbose, for diagnostics
         env = dict(os.environ, NOTIFY_SOCKET=self.NOTIFY)
         if self.watchdog_usec:
             # as under systemd/paird.service (WatchdogSec=10s): WATCHDOG_PID must be paird's own pid
@@ -317,7 +323,7 @@ class PairdApproach(Approach):
         def ready():
             self.alive()
             self.drain()
-            return next((t for t, n in self.notes if n == "READY=1"), None)
+            return next((t for t, n in self.notes if n == "READY=1" and t >= t0), None)
         return t0, wait_for(ready, 60, "paird READY=1", interval=0.005)
 
     def adopt_bond(self):

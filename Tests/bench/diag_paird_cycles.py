@@ -4,13 +4,17 @@
 after each return what paird says (`pairctl status --json`, timed), whether its loop still
 pings the watchdog, its threads' states, and BlueZ's view.  Env: BED_X_CYCLES (4), BED_X_HR (0.1)."""
 import os
+import signal
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.environ.get("BED_REPO", "/work/main"), "Tests", "bench"))
 from bedlib import *  # noqa: E402,F403
 from benchlib import *  # noqa: E402,F403
 
 CYCLES = int(os.environ.get("BED_X_CYCLES", 4))
+QUICK = float(os.environ.get("BED_X_QUICK", 0))
+stuck = []
 
 
 @scenario
@@ -55,7 +59,22 @@ def main():
         bed_sleep(5, "away")
         tb = wall()
         w.cmd("come-back")
-        bed_sleep(12, "back; let everything settle")
+        if QUICK:
+            # walk away again as soon as paird says connected (+ BED_X_QUICK s): the reconnect
+            # bench's "stuck after a quick second walk-away" finding
+            try:
+                wait_for(lambda: any(k == "paird-state" and v == "connected" and x >= tb for x, k, v in m.ev),
+                         45, "paird: connected after the return")
+            except Exception as e:  # noqa: BLE001
+                log(f"cycle {i}: STUCK: {e} (boottime {time.clock_gettime(time.CLOCK_BOOTTIME):.3f}); "
+                    f"returned at {tb:.3f} wall; SIGUSR1 to paird for its loop/D-Bus dump")
+                os.kill(pid, signal.SIGUSR1)
+                stuck.append(i)
+            bed_sleep(QUICK, "connected; walking away again soon")
+            if i not in stuck:
+                continue
+        else:
+            bed_sleep(12, "back; let everything settle")
         p.drain()
         pings = [x for x, n in p.notes if n == "WATCHDOG=1" and x >= tb]
         t0 = wall()
@@ -79,6 +98,8 @@ def main():
             f"paird Notification signals since return: {m.count('paird-hr', tb)}, BlueZ values: "
             f"{m.count('bluez-hr', tb)}; paird states: {[v for x, k, v in m.ev if k == 'paird-state' and x >= t]}")
         log(f"         WATCHDOG=1 pings since return: {len(pings)}; threads: {' '.join(threads)}")
+    if QUICK:
+        log(f"{CYCLES} quick cycles, stuck in: {stuck or 'none'}")
 
 
 main()
