@@ -48,6 +48,8 @@ bench: deps release
 soak: deps release
 	$(SWIFT) build --build-tests
 	PAIRD_SOAK_KILLS=$${PAIRD_SOAK_KILLS:-200} $(SWIFT) test --skip-build --filter ReliabilityTests
+	Tests/testbed/install-deps.sh
+	PAIRD_BIN=$(CURDIR)/$(RELEASE_BIN)/paird PAIRCTL_BIN=$(CURDIR)/$(RELEASE_BIN)/pairctl Tests/testbed/run-vm --out testbed-out/soak Tests/bench/soak.py
 
 install: release
 	install -D -m 0755 $(RELEASE_BIN)/paird   $(DESTDIR)$(PREFIX)/sbin/paird
