@@ -158,6 +158,26 @@ struct IntegrationTests {
         try waitFor("pings again after SIGCONT", deadline: 10) { notify.drain().count > before }
     }
 
+    @Test("--verbose logs BlueZ events, machine events and actions; SIGUSR1 dumps machine, loop and bus and paird runs on")
+    func verboseAndDump() throws {
+        let host = try MockedHost()
+        try host.startPaird()
+        #expect(!host.log().contains("event: adapterReady"), "no debug lines without --verbose")
+        try host.stopPaird()
+        try host.startPaird(["--verbose"])
+        try waitFor("debug lines", deadline: 10) {
+            host.log().contains("event: adapterReady") && host.log().contains("machine: adapterReady")
+                && host.log().contains("action: updateAutoConnect")
+        }
+        kill(host.paird!.processIdentifier, SIGUSR1)
+        try waitFor("the SIGUSR1 dump", deadline: 10) {
+            host.log().contains("SIGUSR1: loop: ") && host.log().contains("SIGUSR1: dbus: dispatch ")
+        }
+        #expect(host.log().components(separatedBy: "SIGUSR1: ").count - 1 == 3, "status line, loop, bus")
+        #expect(host.paird!.isRunning)
+        #expect(try host.status().daemon.running)
+    }
+
     @Test("a missing adapter: status says so, pairing exits 9")
     func missingAdapter() throws {
         let host = try MockedHost()
