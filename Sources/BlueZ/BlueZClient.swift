@@ -33,6 +33,9 @@ public final class BlueZClient {
         public var signalsIgnored = 0
         /// `StartNotify` calls issued.
         public var startNotifyCalls = 0
+        /// Configured characteristics that appeared on a link already set up (BlueZ re-discovered
+        /// the wearable's services) and were subscribed to without a new `setUpLink`.
+        public var lateSubscriptions = 0
         public init() {}
     }
 
@@ -45,6 +48,11 @@ public final class BlueZClient {
     public var onEvent: ((BlueZEvent) -> Void)?
     /// Diagnostics (one line each); nil = silent.
     public var log: ((String) -> Void)?
+    /// Things a user should hear about (a configured characteristic missing, a subscription that
+    /// failed outside a `setUpLink`); nil = sent to `log`.
+    public var warn: ((String) -> Void)?
+    /// Noteworthy, not wrong (a subscription renewed after BlueZ re-read the services); nil = `log`.
+    public var inform: ((String) -> Void)?
     public private(set) var stats = Stats()
 
     /// Timeouts for calls that BlueZ answers at once (Connect/Pair take the caller's).
@@ -93,6 +101,12 @@ public final class BlueZClient {
     private var discoveryActive = false
     /// Characteristic UUIDs (128-bit) whose `Value` changes are reported, per device.
     private var notifyUUIDs: [DeviceAddress: Set<String>] = [:]
+    /// Devices whose link was set up (`setUpLink`) and has not gone down since. A configured
+    /// characteristic that appears under one of them — BlueZ re-discovered the services after a
+    /// Service Changed indication (a firmware update; in the test bed, the wearable's GATT
+    /// application registering again after a bluetoothd restart) — is subscribed to at once:
+    /// the subscription made on the old object went with it, and nothing else would renew it.
+    private var liveLinks: Set<DeviceAddress> = []
     /// Last Battery Level characteristic value, per device path.
     private var batteryLevels: [String: UInt8] = [:]
     private var pendingRemovals: [DeviceAddress] = []
@@ -327,6 +341,7 @@ public final class BlueZClient {
         var uuids = Set(wanted)
         if battery { uuids.insert(ServiceUUID.batteryLevel) }
         notifyUUIDs[address] = uuids
+        liveLinks.insert(address)
 
         let chars = characteristics(under: devPath)
         var outcome: BlueZFailure?
@@ -337,7 +352,7 @@ public final class BlueZClient {
         }
         for uuid in wanted {
             let paths = chars.filter { $0.uuid == uuid }.map(\.path)
-            if paths.isEmpty { note("\(address): no characteristic \(uuid); not subscribed") }
+            if paths.isEmpty { warning("\(address): no characteristic \(uuid) (yet); subscribed when BlueZ shows one") }
             for path in paths {
                 outstanding += 1
                 startNotify(path) { failure in
@@ -352,21 +367,7 @@ public final class BlueZClient {
             }
             for path in chars.filter({ $0.uuid == ServiceUUID.batteryLevel }).map(\.path) {
                 outstanding += 2
-                let gen = generation
-                call(path, Iface.characteristic, "ReadValue", [.vardict([String: DBusValue]())], timeout: gattTimeout) { [weak self] result in
-                    guard let self else { return }
-                    switch result {
-                    case .success(let values):
-                        if gen == self.generation, values.count == 1, let bytes = values[0].bytes, let level = bytes.first {
-                            self.recordBattery(devPath, address, level)
-                        } else if gen == self.generation {
-                            self.note("\(address): Battery Level read returned \(values.signature)")
-                        }
-                    case .failure(let e):
-                        self.note("\(address): Battery Level read: \(e)")
-                    }
-                    done()
-                }
+                readBattery(path, devPath, address) { done() }
                 startNotify(path) { [weak self] failure in
                     if let failure { self?.note("\(address): Battery Level StartNotify: \(failure.token)") }
                     done()
@@ -374,6 +375,40 @@ public final class BlueZClient {
             }
         }
         loop.enqueue { done() }
+    }
+
+    private func readBattery(_ path: String, _ devPath: String, _ address: DeviceAddress, then: @escaping () -> Void) {
+        let gen = generation
+        call(path, Iface.characteristic, "ReadValue", [.vardict([String: DBusValue]())], timeout: gattTimeout) { [weak self] result in
+            guard let self else { return }
+            switch result {
+            case .success(let values):
+                if gen == self.generation, values.count == 1, let bytes = values[0].bytes, let level = bytes.first {
+                    self.recordBattery(devPath, address, level)
+                } else if gen == self.generation {
+                    self.note("\(address): Battery Level read returned \(values.signature)")
+                }
+            case .failure(let e):
+                self.note("\(address): Battery Level read: \(e)")
+            }
+            then()
+        }
+    }
+
+    /// A configured characteristic appeared under a device whose link is set up: subscribe.
+    private func lateSubscribe(_ path: String, _ props: Props) {
+        guard let devPath = Self.devicePathPrefix(of: path), Self.parent(of: devPath) == adapterPath,
+              let address = address(ofDevicePath: devPath), liveLinks.contains(address),
+              let raw = props["UUID"]?.string, let uuid = ServiceUUID.normalize(raw),
+              notifyUUIDs[address]?.contains(uuid) == true else { return }
+        stats.lateSubscriptions += 1
+        (inform ?? log)?("\(address): \(uuid) appeared at \(path) on a set-up link (BlueZ re-read the services); subscribing")
+        if uuid == ServiceUUID.batteryLevel { readBattery(path, devPath, address) {} }
+        let gen = generation
+        startNotify(path) { [weak self] failure in
+            guard let self, let failure, gen == self.generation else { return }
+            self.warning("\(address): StartNotify \(uuid) at \(path): \(failure.token)")
+        }
     }
 
     /// `Properties.Get(Device1, ServicesResolved)`: nil when it cannot be read. Updates the cache
@@ -434,6 +469,8 @@ public final class BlueZClient {
 
     private func note(_ line: String) { log?(line) }
 
+    private func warning(_ line: String) { (warn ?? log)?(line) }
+
     private func emit(_ event: BlueZEvent) { onEvent?(event) }
 
     // MARK: - bluetoothd presence
@@ -475,6 +512,7 @@ public final class BlueZClient {
         synced = false
         objects = [:]
         batteryLevels = [:]
+        liveLinks = []
         agentState = .none
         agentRegistered = false
         registeredUUIDs = nil
@@ -795,6 +833,7 @@ public final class BlueZClient {
         if isOurDevice, let pct = added[Iface.battery]?["Percentage"]?.uint8 {
             emit(.battery(address, pct))
         }
+        if let props = added[Iface.characteristic] { lateSubscribe(path, props) }
     }
 
     private func onInterfacesRemoved(_ message: DBusMessage) {
@@ -821,6 +860,7 @@ public final class BlueZClient {
             batteryLevels[path] = nil
             if let address {
                 notifyUUIDs[address] = nil
+                liveLinks.remove(address)
                 if ready { holdRemoval(address) }
             }
         }
@@ -828,6 +868,7 @@ public final class BlueZClient {
             if path == adapterPath {
                 let prefix = path + "/"
                 for child in objects.keys where child.hasPrefix(prefix) { objects[child] = nil }
+                liveLinks = []
             }
             evaluate()
         }
@@ -900,8 +941,12 @@ public final class BlueZClient {
         // drops; a resolved link counts as up, or that Connected=false would go unreported.
         // (Going up is judged on Connected alone: a stale ServicesResolved must not hide it.)
         let wasUp = after.connected ? before.connected : before.connected || before.servicesResolved
-        if changed["Connected"] != nil, wasUp != after.connected { emit(.connectedChanged(a, after.connected)) }
+        if changed["Connected"] != nil, wasUp != after.connected {
+            if !after.connected { liveLinks.remove(a) }
+            emit(.connectedChanged(a, after.connected))
+        }
         if changed["ServicesResolved"] != nil, before.servicesResolved != after.servicesResolved {
+            if !after.servicesResolved { liveLinks.remove(a) }
             emit(.servicesResolvedChanged(a, after.servicesResolved))
         }
         if before.isBonded != after.isBonded { emit(.bondChanged(a, bonded: after.isBonded)) }

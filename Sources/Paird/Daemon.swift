@@ -95,6 +95,8 @@ public final class Daemon {
 
         bluez = BlueZClient(connection: bus, adapter: config.adapter)
         bluez.onEvent = { [unowned self] event in handle(event) }
+        bluez.warn = { [unowned self] line in log.warning(line) }
+        bluez.inform = { [unowned self] line in log.info(line) }
         if log.minimumPriority == .debug {
             bluez.log = { [unowned self] line in log.debug("bluez: \(line)") }
         }

@@ -322,12 +322,38 @@ struct BlueZClientTests {
         try runUntil(mock.loop, "moved characteristics in cache") {
             client.characteristics(of: addrA).map(\.path) == [moved, pathA + "/service0020/char0021"]
         }
+        // The link is still set up: the moved characteristics are subscribed to (and the battery
+        // read) without a new setUpLink, or notifications would silently stop.
+        try eventually(mock.loop, "late StartNotify on the moved characteristics") {
+            try mock.calls(moved, "StartNotify").count == 1
+                && mock.calls(pathA + "/service0020/char0021", "StartNotify").count == 1
+        }
+        try runUntil(mock.loop, "battery re-read after the move") { rec.has(.battery(addrA, 60)) }
+        #expect(client.stats.lateSubscriptions == 2)
+        try mock.updateProperties(moved, MockBlueZ.gattChar, ["Value": .bytes([0x06, 75])])
+        try runUntil(mock.loop, "notification from the moved characteristic") {
+            rec.has(.notification(addrA, characteristic: ServiceUUID.heartRateMeasurement, value: [0x06, 75]))
+        }
         done = .none
         client.setUpLink(addrA, subscribe: [ServiceUUID.heartRateMeasurement], battery: true) { done = .some($0) }
         try runUntil(mock.loop, "setUpLink after move") { done != nil }
         #expect(done == .some(nil))
-        #expect(try mock.calls(moved, "StartNotify").count == 1)
-        #expect(rec.has(.battery(addrA, 60)))
+        #expect(try mock.calls(moved, "StartNotify").count == 2)
+
+        // Once the link is down, characteristics appearing (BlueZ restoring its cache on the
+        // next connection) wait for the next setUpLink.
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["ServicesResolved": .bool(true)])
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["ServicesResolved": .bool(false), "Connected": .bool(false)])
+        try runUntil(mock.loop, "link down seen") { rec.has(.servicesResolvedChanged(addrA, false)) }
+        try mock.addObject(pathA + "/service0030", MockBlueZ.gattService, ["UUID": .string(ServiceUUID.heartRate), "Primary": .bool(true), "Device": .objectPath(pathA)])
+        let later = pathA + "/service0030/char0031"
+        try mock.addObject(later, MockBlueZ.gattChar, [
+            "UUID": .string(ServiceUUID.heartRateMeasurement), "Service": .objectPath(pathA + "/service0030"), "Value": .bytes([]),
+            "Notifying": .bool(false), "Flags": .stringArray(["notify"]),
+        ], methods: [("StartNotify", "", "", ""), ("StopNotify", "", "", "")])
+        try runUntil(mock.loop, "new characteristic in cache") { client.characteristics(of: addrA).map(\.path).contains(later) }
+        #expect(try mock.calls(later, "StartNotify").isEmpty)
+        #expect(client.stats.lateSubscriptions == 2)
 
         // A characteristic that fails StartNotify fails the set-up.
         try mock.addMethod(moved, MockBlueZ.gattChar, "StartNotify", in: "", out: "", code:

@@ -8,6 +8,7 @@
   2. BED_X_RESTARTS (20) bluetoothd restarts while connected: each must come back to connected
      with notifications;
   3. BED_X_POWER (20) adapter power cycles (btmgmt power off/on) while connected: the same.
+BED_X_PAIRD_ARGS adds paird arguments (`--verbose` for a post-mortem of every event).
 A failed cycle is logged and counted, and the soak goes on (it does not stop at the first).
 Prints "N tried, N survived" per part and writes $BED_OUT/results.jsonl. Never asserts on time;
 exits non-zero if any cycle failed or the state file lost the device.  Run by `make soak`."""
@@ -88,7 +89,7 @@ def main():
     w = Wearable.start(name="Pulse-1", battery=87)
     p = Paird()
     with step("paird up, pairctl pair --service 180d"):
-        p.start()
+        p.start(extra_args=E.get("BED_X_PAIRD_ARGS", "").split())
         pair_wearable(p)
         p.wait_state("connected", 10)
     watch = p.watch()
