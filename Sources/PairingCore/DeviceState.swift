@@ -113,6 +113,15 @@ public struct ManagedDevice: Sendable, Hashable {
     /// The current link reached `ServicesResolved`: BlueZ read the wearable's GATT database over
     /// it, so the bond (encryption with the stored key) works; its loss is not a failed setup.
     public var linkResolved: Bool = false
+    /// The current link was found up, services unresolved, at reconciliation. After a bluetoothd
+    /// restart such a link can have no ATT channel (5.66 attaches ATT only to links it makes or
+    /// accepts) and never resolves: its timeout or drop says nothing about the bond.
+    public var adoptedUnresolved: Bool = false
+    /// We asked BlueZ to drop this link (discovery timeout) and have not seen it go down yet. A
+    /// Connect issued meanwhile is answered at once while the old link is still up (5.66
+    /// `dev_connect`: `le_state.connected` → success), so the drop that follows is ours: neither a
+    /// link loss nor a failed setup; connect again.
+    public var ownDisconnectPending: Bool = false
     /// Has reached `connected` since the daemon started (a later connect is a *reconnect*).
     public var hasBeenConnected: Bool
 

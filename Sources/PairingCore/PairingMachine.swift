@@ -155,6 +155,8 @@ public struct PairingMachine: Sendable {
             move(i, to: .needsRepair(reason: "bond-removed"), now, &actions, reason: "bond-removed")
         } else if view.connected {
             slots[i].linkResolved = view.servicesResolved
+            slots[i].adoptedUnresolved = !view.servicesResolved
+            slots[i].ownDisconnectPending = false
             move(i, to: .discovering(countdown: countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))), now, &actions)
             if view.servicesResolved { actions.append(.setUpLink(a)) }
         } else {
@@ -183,6 +185,8 @@ public struct PairingMachine: Sendable {
         guard let i = slot[a] else { return }
         let d = slots[i]
         slots[i].linkResolved = false
+        slots[i].adoptedUnresolved = false
+        slots[i].ownDisconnectPending = false // a new link: the old one went down unseen
         switch d.state {
         case .connecting, .waitingForDevice:
             move(i, to: .discovering(countdown: countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))), now, &actions)
@@ -197,6 +201,7 @@ public struct PairingMachine: Sendable {
         guard let i = slot[a] else { return }
         let d = slots[i]
         slots[i].linkResolved = true
+        slots[i].adoptedUnresolved = false
         switch d.state {
         case .connecting, .waitingForDevice:
             // A reconnect made by Connect() often signals no Connected=true: resolved means usable.
@@ -230,6 +235,7 @@ public struct PairingMachine: Sendable {
             slots[i].hasBeenConnected = true
             slots[i].reconnectAttempts = 0
             slots[i].setupFailures = 0
+            slots[i].ownDisconnectPending = false // bounded: a drop it would have excused is a loss now
             move(i, to: .connected, now, &actions, kind: kind, attempt: attempts)
             if case .settling(a)? = pairing?.phase {
                 endPairing(.success(a, name: d.identity.name), now, &actions)
@@ -246,13 +252,19 @@ public struct PairingMachine: Sendable {
         guard let i = slot[a] else { return }
         let d = slots[i]
         slots[i].linkResolved = false
-        let verdict = DisconnectClassifier.classify(e, weAskedForIt: false)
+        slots[i].adoptedUnresolved = false
+        slots[i].ownDisconnectPending = false
+        let verdict = DisconnectClassifier.classify(e, weAskedForIt: d.ownDisconnectPending)
         switch d.state {
         case .connected, .discovering:
             switch verdict {
+            case .requested where d.ownDisconnectPending:
+                // The link we dropped at the discovery timeout, after a Connect that it answered
+                // while still up: the wearable was there a moment ago, so connect again now.
+                startConnect(i, attempt: 1, now, &actions)
             case .linkLoss(let reason):
                 slots[i].lastDisconnect = .init(reason: reason, at: now)
-                if case .discovering = d.state, !d.linkResolved, countSetupFailure(i) {
+                if case .discovering = d.state, !d.linkResolved, !d.adoptedUnresolved, countSetupFailure(i) {
                     move(i, to: .needsRepair(reason: Self.suspectedBondLoss), now, &actions, reason: Self.suspectedBondLoss)
                     actions.append(.updateAutoConnect(autoConnectUUIDs))
                 } else {
@@ -336,6 +348,7 @@ public struct PairingMachine: Sendable {
     private mutating func connectSucceeded(_ a: DeviceAddress, _ call: UInt64, _ now: Moment, _ actions: inout [Action]) {
         guard let i = slot[a], slots[i].state.pendingCall == call else { return }
         slots[i].linkResolved = false
+        slots[i].adoptedUnresolved = false
         move(i, to: .discovering(countdown: countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))), now, &actions)
     }
 
@@ -403,11 +416,14 @@ public struct PairingMachine: Sendable {
                 // Not usable in time: drop this link and start over (it is our own disconnect,
                 // so the link-down that follows finds us `connecting` and is not a link loss).
                 // Only a link whose services never resolved counts toward the lost-bond heuristic.
-                if !d.linkResolved, countSetupFailure(i) { // entering needsRepair disconnects too
+                // An adopted link that never resolved is no evidence either (see adoptedUnresolved).
+                if !d.linkResolved, !d.adoptedUnresolved, countSetupFailure(i) { // entering needsRepair disconnects too
                     move(i, to: .needsRepair(reason: Self.suspectedBondLoss), now, &actions, reason: Self.suspectedBondLoss)
                     actions.append(.updateAutoConnect(autoConnectUUIDs))
                     return
                 }
+                slots[i].adoptedUnresolved = false
+                slots[i].ownDisconnectPending = true
                 actions.append(.disconnect(a))
                 let delay = config.backoff.delay(attempt: 1, unit: rng.nextUnit())
                 move(i, to: .connecting(.backingOff, attempt: 1, countdown: countdown(.device(a), .retryBackoff, now + delay)),

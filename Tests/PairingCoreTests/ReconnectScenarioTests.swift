@@ -292,6 +292,34 @@ struct ReconnectScenarioTests {
         }
         #expect(h.stateName(watch) == "discovering", "after 5 timeouts of a resolved link: still trying, not needsRepair")
     }
+    @Test("our Connect answered by the old link before our own disconnect took: that drop is ours; connect again, count nothing")
+    func connectRacingOwnDisconnect() {
+        var h = Harness.connected()
+        for _ in 0..<3 {
+            h.send(.linkDown(watch, linkLoss))
+            h.send(.linkUp(watch))
+            #expect(h.fireNext().disconnects == 1)     // discovery countdown (failed setup 1): drop it ourselves
+            #expect(h.fireNext().connects(watch) == 1) // backoff over, but BlueZ has not dropped it yet…
+            h.connectSucceeded(watch)                  // …so 5.66 answers Connect at once
+            #expect(h.stateName(watch) == "discovering")
+            let out = h.send(.linkDown(watch, linkLoss)) // now our disconnect takes effect
+            #expect(out.reports(.linkLost).isEmpty, "our own disconnect is no link loss")
+            #expect(out.connects(watch) == 1, "connect again at once, not wait passively")
+            #expect(h.stateName(watch) == "connecting")
+            h.connectSucceeded(watch)
+            #expect(h.fireNext().disconnects == 1, "discovery countdown again (failed setup 2): not yet needsRepair")
+            #expect(h.stateName(watch) == "connecting")
+            h.fireNext()
+            h.connectSucceeded(watch)
+            h.send(.servicesResolved(watch))
+            h.send(.linkSetUp(watch, failure: nil))
+            #expect(h.state(watch) == .connected)
+        }
+        // A drop we did not ask for is a link loss again.
+        let out = h.send(.linkDown(watch, linkLoss))
+        #expect(out.reports(.linkLost).count == 1)
+    }
+
     @Test("Connect failing authentication (the wearable forgot us) means needsRepair")
     func connectAuthFailure() {
         var h = Harness.connected()
@@ -359,6 +387,27 @@ struct RestorationTests {
         var h = restored()
         let out = h.send(.adapterReady([watch: BlueZDeviceView(connected: true)]))
         #expect(out.connects() == 0 && !out.contains(.setUpLink(watch)))
+        #expect(h.stateName(watch) == "discovering")
+    }
+
+    @Test("bluetoothd restarted under a live link: adopted unresolved, never resolves; dropped at the discovery timeout, not counted as a lost bond")
+    func adoptedLinkWithoutATT() {
+        var h = restored()
+        for _ in 0..<5 {
+            h.send(.adapterReady([watch: BlueZDeviceView(connected: true)]))
+            #expect(h.stateName(watch) == "discovering")
+            #expect(h.fireNext().disconnects == 1)
+            #expect(h.stateName(watch) == "connecting")
+            h.send(.adapterLost)
+        }
+        #expect(h.stateName(watch) == "adapterUnavailable", "never needsRepair")
+        // The same, with the adopted link dropping before the countdown.
+        h.send(.adapterReady([watch: BlueZDeviceView(connected: true)]))
+        for _ in 0..<4 {
+            h.send(.linkDown(watch, linkLoss))
+            h.send(.adapterLost)
+            h.send(.adapterReady([watch: BlueZDeviceView(connected: true)]))
+        }
         #expect(h.stateName(watch) == "discovering")
     }
 
