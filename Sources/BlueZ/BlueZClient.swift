@@ -107,6 +107,8 @@ public final class BlueZClient {
     /// application registering again after a bluetoothd restart) — is subscribed to at once:
     /// the subscription made on the old object went with it, and nothing else would renew it.
     private var liveLinks: Set<DeviceAddress> = []
+    /// Devices whose current link carried data from the wearable (`.linkProven` sent).
+    private var provenLinks: Set<DeviceAddress> = []
     /// Last Battery Level characteristic value, per device path.
     private var batteryLevels: [String: UInt8] = [:]
     private var pendingRemovals: [DeviceAddress] = []
@@ -384,6 +386,7 @@ public final class BlueZClient {
             switch result {
             case .success(let values):
                 if gen == self.generation, values.count == 1, let bytes = values[0].bytes, let level = bytes.first {
+                    self.proven(address)
                     self.recordBattery(devPath, address, level)
                 } else if gen == self.generation {
                     self.note("\(address): Battery Level read returned \(values.signature)")
@@ -513,6 +516,7 @@ public final class BlueZClient {
         objects = [:]
         batteryLevels = [:]
         liveLinks = []
+        provenLinks = []
         agentState = .none
         agentRegistered = false
         registeredUUIDs = nil
@@ -861,6 +865,7 @@ public final class BlueZClient {
             if let address {
                 notifyUUIDs[address] = nil
                 liveLinks.remove(address)
+                provenLinks.remove(address)
                 if ready { holdRemoval(address) }
             }
         }
@@ -869,6 +874,7 @@ public final class BlueZClient {
                 let prefix = path + "/"
                 for child in objects.keys where child.hasPrefix(prefix) { objects[child] = nil }
                 liveLinks = []
+                provenLinks = []
             }
             evaluate()
         }
@@ -942,11 +948,11 @@ public final class BlueZClient {
         // (Going up is judged on Connected alone: a stale ServicesResolved must not hide it.)
         let wasUp = after.connected ? before.connected : before.connected || before.servicesResolved
         if changed["Connected"] != nil, wasUp != after.connected {
-            if !after.connected { liveLinks.remove(a) }
+            if !after.connected { liveLinks.remove(a); provenLinks.remove(a) }
             emit(.connectedChanged(a, after.connected))
         }
         if changed["ServicesResolved"] != nil, before.servicesResolved != after.servicesResolved {
-            if !after.servicesResolved { liveLinks.remove(a) }
+            if !after.servicesResolved { liveLinks.remove(a); provenLinks.remove(a) }
             emit(.servicesResolvedChanged(a, after.servicesResolved))
         }
         if before.isBonded != after.isBonded { emit(.bondChanged(a, bonded: after.isBonded)) }
@@ -964,10 +970,16 @@ public final class BlueZClient {
             note("\(address): Value of \(uuid) is \(value.signature), not ay; ignored")
             return
         }
+        proven(address)
         if uuid == ServiceUUID.batteryLevel, let level = bytes.first {
             recordBattery(devPath, address, level)
         }
         emit(.notification(address, characteristic: uuid, value: bytes))
+    }
+
+    private func proven(_ address: DeviceAddress) {
+        guard ready, provenLinks.insert(address).inserted else { return }
+        emit(.linkProven(address))
     }
 
     private func recordBattery(_ devPath: String, _ address: DeviceAddress, _ level: UInt8) {

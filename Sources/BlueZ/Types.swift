@@ -90,6 +90,11 @@ public enum BlueZEvent: Sendable, Hashable {
     /// A new `Value` of a characteristic subscribed through `setUpLink`.
     case notification(DeviceAddress, characteristic: String, value: [UInt8])
     case battery(DeviceAddress, UInt8)
+    /// The wearable itself answered over the current link (a notification, or a characteristic
+    /// read that succeeded): the link works end to end. Once per link. A link that resolved its
+    /// services from BlueZ's cache proves nothing more (seen on 5.66 when the wearable forgot the
+    /// bond: ServicesResolved, StartNotify accepted, ReadValue "Not connected", link gone 4 s later).
+    case linkProven(DeviceAddress)
     /// BlueZ asked our agent for a passkey or PIN (rejected: Just Works only).
     case passkeyRequested(DeviceAddress)
 }

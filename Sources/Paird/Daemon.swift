@@ -196,6 +196,8 @@ public final class Daemon {
             battery[a] = level
             try? bus.emitSignal(path: PairdAPI.objectPath, interface: PairdAPI.interface, member: "Battery",
                                 args: [.string(a.description), .byte(level)])
+        case .linkProven(let a):
+            feed(.linkProven(a))
         case .passkeyRequested(let a):
             log.warning("\(a) asked for a passkey; paird pairs with Just Works only, refused")
         }

@@ -127,10 +127,15 @@ public struct MachineConfig: Sendable, Hashable {
     public var fallbackInterval: Duration = .seconds(60)
     /// A connect failure that took at least this long means nobody answered: the device is away.
     public var absentAfter: Duration = .seconds(20)
-    /// Links in a row that come up but drop before services resolve (or Connects the wearable
-    /// answers with a quick abort-by-local) before the bond is presumed lost → `needsRepair`.
-    /// BlueZ 5.66 gives no reason on D-Bus; this is how a wearable that forgot its bond looks.
+    /// Links in a row that come up but drop within `proofWindow` without the wearable ever
+    /// answering over them (or never resolve, or Connects it answers with a quick abort-by-local)
+    /// before the bond is presumed lost → `needsRepair`. BlueZ 5.66 gives no reason on D-Bus;
+    /// this is how a wearable that forgot its bond looks.
     public var setupFailuresBeforeRepair: Int = 3
+    /// How long after coming up a link that carried no data from the wearable still counts as a
+    /// failed setup when it drops. Seen in the test bed (kernel 6.12) with a forgotten bond: the
+    /// link resolves from BlueZ's cache and drops on the encryption failure ~4 s later.
+    public var proofWindow: Duration = .seconds(30)
     /// The adapter devices are paired through, recorded in their identity.
     public var adapter: String = "hci0"
     public var jitterSeed: UInt64 = 0x5EED

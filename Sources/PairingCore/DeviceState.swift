@@ -122,6 +122,10 @@ public struct ManagedDevice: Sendable, Hashable {
     /// `dev_connect`: `le_state.connected` → success), so the drop that follows is ours: neither a
     /// link loss nor a failed setup; connect again.
     public var ownDisconnectPending: Bool = false
+    /// The wearable answered over the current link (`Event.linkProven`): the bond works.
+    public var linkProven: Bool = false
+    /// When the current link came up (as far as the machine saw), for `MachineConfig.proofWindow`.
+    public var linkUpAt: Moment?
     /// Has reached `connected` since the daemon started (a later connect is a *reconnect*).
     public var hasBeenConnected: Bool
 

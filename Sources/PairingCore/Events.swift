@@ -75,6 +75,9 @@ public enum Event: Sendable, Hashable {
     /// `ServicesResolved` turned false while `Connected` stayed true: the link is up but GATT is
     /// gone (seen on 5.66 when the wearable forgot its bond).
     case servicesLost(DeviceAddress)
+    /// The wearable answered over the current link (a notification or a successful read): the
+    /// bond works. Resolved services alone do not show it (BlueZ may resolve from its cache).
+    case linkProven(DeviceAddress)
     case linkDown(DeviceAddress, DisconnectClassifier.Evidence)
     /// `Paired`/`Bonded` turned false.
     case bondLost(DeviceAddress)

@@ -66,6 +66,7 @@ public struct PairingMachine: Sendable {
         case .linkUp(let a): linkUp(a, now, &actions)
         case .servicesResolved(let a): servicesResolved(a, now, &actions)
         case .servicesLost(let a): servicesLost(a, now, &actions)
+        case .linkProven(let a): linkProven(a)
         case .linkDown(let a, let evidence): linkDown(a, evidence, now, &actions)
         case .bondLost(let a): lostBond(a, reason: "bond-removed", now, &actions)
         case .deviceRemoved(let a): lostBond(a, reason: "device-removed", now, &actions)
@@ -157,6 +158,8 @@ public struct PairingMachine: Sendable {
             slots[i].linkResolved = view.servicesResolved
             slots[i].adoptedUnresolved = !view.servicesResolved
             slots[i].ownDisconnectPending = false
+            slots[i].linkProven = false
+            slots[i].linkUpAt = now
             move(i, to: .discovering(countdown: countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))), now, &actions)
             if view.servicesResolved { actions.append(.setUpLink(a)) }
         } else {
@@ -187,6 +190,8 @@ public struct PairingMachine: Sendable {
         slots[i].linkResolved = false
         slots[i].adoptedUnresolved = false
         slots[i].ownDisconnectPending = false // a new link: the old one went down unseen
+        slots[i].linkProven = false
+        slots[i].linkUpAt = now
         switch d.state {
         case .connecting, .waitingForDevice:
             move(i, to: .discovering(countdown: countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))), now, &actions)
@@ -205,6 +210,7 @@ public struct PairingMachine: Sendable {
         switch d.state {
         case .connecting, .waitingForDevice:
             // A reconnect made by Connect() often signals no Connected=true: resolved means usable.
+            if d.linkUpAt == nil { slots[i].linkUpAt = now; slots[i].linkProven = false }
             move(i, to: .discovering(countdown: countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))), now, &actions)
             actions.append(.setUpLink(a))
         case .discovering:
@@ -234,7 +240,6 @@ public struct PairingMachine: Sendable {
             let attempts = d.reconnectAttempts
             slots[i].hasBeenConnected = true
             slots[i].reconnectAttempts = 0
-            slots[i].setupFailures = 0
             slots[i].ownDisconnectPending = false // bounded: a drop it would have excused is a loss now
             move(i, to: .connected, now, &actions, kind: kind, attempt: attempts)
             if case .settling(a)? = pairing?.phase {
@@ -254,6 +259,8 @@ public struct PairingMachine: Sendable {
         slots[i].linkResolved = false
         slots[i].adoptedUnresolved = false
         slots[i].ownDisconnectPending = false
+        slots[i].linkProven = false
+        slots[i].linkUpAt = nil
         let verdict = DisconnectClassifier.classify(e, weAskedForIt: d.ownDisconnectPending)
         switch d.state {
         case .connected, .discovering:
@@ -264,7 +271,7 @@ public struct PairingMachine: Sendable {
                 startConnect(i, attempt: 1, now, &actions)
             case .linkLoss(let reason):
                 slots[i].lastDisconnect = .init(reason: reason, at: now)
-                if case .discovering = d.state, !d.linkResolved, !d.adoptedUnresolved, countSetupFailure(i) {
+                if unprovenQuickDrop(d, now), countSetupFailure(i) {
                     move(i, to: .needsRepair(reason: Self.suspectedBondLoss), now, &actions, reason: Self.suspectedBondLoss)
                     actions.append(.updateAutoConnect(autoConnectUUIDs))
                 } else {
@@ -349,6 +356,8 @@ public struct PairingMachine: Sendable {
         guard let i = slot[a], slots[i].state.pendingCall == call else { return }
         slots[i].linkResolved = false
         slots[i].adoptedUnresolved = false
+        slots[i].linkProven = false
+        slots[i].linkUpAt = now
         move(i, to: .discovering(countdown: countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))), now, &actions)
     }
 
@@ -662,6 +671,22 @@ public struct PairingMachine: Sendable {
     /// Counts a link that came up (or a Connect the wearable answered) but never became usable.
     /// BlueZ 5.66 does not say why (the reason stays below D-Bus); several in a row are how a
     /// lost bond looks, and chasing it would be a reconnect loop. True at the threshold.
+    /// The wearable answered over the link: the bond works, and the failed setups before it were not
+    /// a lost bond.
+    private mutating func linkProven(_ a: DeviceAddress) {
+        guard let i = slot[a] else { return }
+        slots[i].linkProven = true
+        slots[i].setupFailures = 0
+    }
+
+    /// A link that dropped soon after coming up without the wearable ever answering over it (see
+    /// `MachineConfig.proofWindow`); a link adopted unresolved says nothing (`adoptedUnresolved`).
+    private func unprovenQuickDrop(_ d: ManagedDevice, _ now: Moment) -> Bool {
+        guard !d.linkProven, !d.adoptedUnresolved else { return false }
+        guard let up = d.linkUpAt else { return true }
+        return now.since(up) < config.proofWindow
+    }
+
     private mutating func countSetupFailure(_ i: Int) -> Bool {
         slots[i].setupFailures += 1
         return slots[i].setupFailures >= config.setupFailuresBeforeRepair

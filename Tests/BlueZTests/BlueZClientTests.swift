@@ -310,6 +310,7 @@ struct BlueZClientTests {
         }
         try mock.updateProperties(bat, MockBlueZ.gattChar, ["Value": .bytes([84])])
         try runUntil(mock.loop, "battery notification") { rec.has(.battery(addrA, 84)) }
+        #expect(rec.count { $0 == .linkProven(addrA) } == 1, "the battery read proved the link; once per link")
 
         // Handles move (firmware update): objects vanish and come back elsewhere.
         for path in [hrm, pathA + "/service000a", bat, pathA + "/service000e"] {
@@ -354,6 +355,9 @@ struct BlueZClientTests {
         try runUntil(mock.loop, "new characteristic in cache") { client.characteristics(of: addrA).map(\.path).contains(later) }
         #expect(try mock.calls(later, "StartNotify").isEmpty)
         #expect(client.stats.lateSubscriptions == 2)
+        #expect(rec.count { $0 == .linkProven(addrA) } == 1, "notifications on the same link prove nothing new")
+        try mock.updateProperties(later, MockBlueZ.gattChar, ["Value": .bytes([0x06, 73])])
+        try runUntil(mock.loop, "the next link proven by its first notification") { rec.count { $0 == .linkProven(addrA) } == 2 }
 
         // A characteristic that fails StartNotify fails the set-up.
         try mock.addMethod(moved, MockBlueZ.gattChar, "StartNotify", in: "", out: "", code:

@@ -33,6 +33,7 @@ struct ConfigTests {
             AbsentAfter = 15
             FastAttempts = 3
             SetupFailuresBeforeRepair = 4
+            ProofWindow = 12
             [Notifications]
             Subscribe = 2a37, 0x2A19
             Battery = no
@@ -49,6 +50,7 @@ struct ConfigTests {
         #expect(c.machine.absentAfter == .seconds(15))
         #expect(c.machine.fastAttempts == 3)
         #expect(c.machine.setupFailuresBeforeRepair == 4)
+        #expect(c.machine.proofWindow == .seconds(12))
         #expect(c.subscribe == [ServiceUUID.heartRateMeasurement, ServiceUUID.batteryLevel])
         #expect(c.battery == false)
     }

@@ -26,6 +26,7 @@ struct Harness {
                             wanted: .connected, pairedAt: 0, updatedAt: 0),
         ]))
         h.send(.adapterReady([watch: BlueZDeviceView(connected: true, servicesResolved: true)]))
+        h.send(.linkProven(watch))   // the battery read during set-up answered
         h.send(.linkSetUp(watch, failure: nil))
         precondition(h.state(watch) == .connected)
         return h

@@ -252,28 +252,65 @@ struct ReconnectScenarioTests {
             h.send(.linkDown(watch, linkLoss))
             h.send(.linkUp(watch))
             h.send(.servicesResolved(watch))
+            h.send(.linkProven(watch))
             h.send(.linkSetUp(watch, failure: nil))
             #expect(h.state(watch) == .connected)
         }
     }
 
 
-    @Test("a flapping link whose services resolve each time (the bond works) never trips the lost-bond heuristic")
-    func flappingResolvedLinkIsNotABondLoss() {
+    @Test("a flapping link over which the wearable answers each time (the bond works) never trips the lost-bond heuristic")
+    func flappingProvenLinkIsNotABondLoss() {
         var h = Harness.connected()
         var connects = 0
         for _ in 0..<50 {
             connects += h.send(.linkDown(watch, linkLoss)).connects()
             h.send(.linkUp(watch))
-            h.send(.servicesResolved(watch))   // encrypted with the stored key and GATT read…
+            h.send(.servicesResolved(watch))
+            h.send(.linkProven(watch))         // a notification or the battery read came through…
             connects += h.send(.linkDown(watch, linkLoss)).connects() // …dropped before setUpLink replied
             h.send(.linkUp(watch))
             h.send(.servicesResolved(watch))
+            h.send(.linkProven(watch))
             #expect(h.stateName(watch) == "discovering")
         }
         #expect(connects == 0)
         h.send(.linkSetUp(watch, failure: nil))
         #expect(h.state(watch) == .connected)
+    }
+
+    @Test("wearable forgot its bond, seen on kernel 6.12: links resolve from BlueZ's cache and even set up, then drop seconds later with nothing from the wearable → needsRepair")
+    func forgottenBondResolvingFromCache() {
+        var h = Harness.connected()
+        h.send(.linkDown(watch, linkLoss))     // forget-bond drops the link: any link loss
+        for round in 1...3 {
+            h.send(.linkUp(watch))              // kernel auto-connect
+            h.send(.servicesResolved(watch))    // from the cache
+            let setUp = h.send(.linkSetUp(watch, failure: nil)) // StartNotify accepted; ReadValue "Not connected"
+            #expect(setUp.reports(.reconnected).count == 1)
+            h.advance(.seconds(4))
+            let out = h.send(.linkDown(watch, linkLoss)) // encryption with the stale key failed
+            if round < 3 {
+                #expect(h.stateName(watch) == "waitingForDevice")
+                #expect(out.reports(.linkLost).count == 1)
+            } else {
+                #expect(h.state(watch) == .needsRepair(reason: "suspected-bond-loss"))
+            }
+        }
+    }
+
+    @Test("a long-lived link that never carried data (a quiet ring) dropping is a plain link loss, however often")
+    func quietLongLinksAreNotCounted() {
+        var h = Harness.connected()
+        for _ in 0..<10 {
+            h.send(.linkDown(watch, linkLoss))
+            h.send(.linkUp(watch))
+            h.send(.servicesResolved(watch))
+            h.send(.linkSetUp(watch, failure: nil))
+            h.advance(MachineConfig().proofWindow + .seconds(1))
+        }
+        h.send(.linkDown(watch, linkLoss))
+        #expect(h.stateName(watch) == "waitingForDevice")
     }
 
     @Test("a resolved link that is not set up in time is dropped and retried, but not counted as a lost bond")
@@ -312,6 +349,7 @@ struct ReconnectScenarioTests {
             h.fireNext()
             h.connectSucceeded(watch)
             h.send(.servicesResolved(watch))
+            h.send(.linkProven(watch))
             h.send(.linkSetUp(watch, failure: nil))
             #expect(h.state(watch) == .connected)
         }
