@@ -110,8 +110,9 @@ public struct ManagedDevice: Sendable, Hashable {
     /// Links that came up but dropped before becoming usable (or quick abort-by-local failures),
     /// in a row; at `MachineConfig.setupFailuresBeforeRepair` the bond is presumed lost.
     public var setupFailures: Int
-    /// The current link reached `ServicesResolved`: BlueZ read the wearable's GATT database over
-    /// it, so the bond (encryption with the stored key) works; its loss is not a failed setup.
+    /// The current link reached `ServicesResolved`. Not proof of the bond (BlueZ may resolve from
+    /// its cache, see `linkProven`), but a resolved link whose set-up outlasts the discovery
+    /// countdown is retried without counting toward the lost-bond heuristic.
     public var linkResolved: Bool = false
     /// The current link was found up, services unresolved, at reconciliation. After a bluetoothd
     /// restart such a link can have no ATT channel (5.66 attaches ATT only to links it makes or

@@ -668,9 +668,6 @@ public struct PairingMachine: Sendable {
 
     static let suspectedBondLoss = "suspected-bond-loss"
 
-    /// Counts a link that came up (or a Connect the wearable answered) but never became usable.
-    /// BlueZ 5.66 does not say why (the reason stays below D-Bus); several in a row are how a
-    /// lost bond looks, and chasing it would be a reconnect loop. True at the threshold.
     /// The wearable answered over the link: the bond works, and the failed setups before it were not
     /// a lost bond.
     private mutating func linkProven(_ a: DeviceAddress) {
@@ -683,10 +680,13 @@ public struct PairingMachine: Sendable {
     /// `MachineConfig.proofWindow`); a link adopted unresolved says nothing (`adoptedUnresolved`).
     private func unprovenQuickDrop(_ d: ManagedDevice, _ now: Moment) -> Bool {
         guard !d.linkProven, !d.adoptedUnresolved else { return false }
-        guard let up = d.linkUpAt else { return true }
+        guard let up = d.linkUpAt else { return true } // unreachable in practice: every way up sets it
         return now.since(up) < config.proofWindow
     }
 
+    /// Counts a link that came up (or a Connect the wearable answered) but never became usable.
+    /// BlueZ 5.66 does not say why (the reason stays below D-Bus); several in a row are how a
+    /// lost bond looks, and chasing it would be a reconnect loop. True at the threshold.
     private mutating func countSetupFailure(_ i: Int) -> Bool {
         slots[i].setupFailures += 1
         return slots[i].setupFailures >= config.setupFailuresBeforeRepair
