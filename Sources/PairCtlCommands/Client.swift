@@ -1,6 +1,10 @@
 import DBus
 import EventLoop
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import PairingCore
 #if canImport(Glibc)
 import Glibc
@@ -120,5 +124,29 @@ public final class PairdClient {
 
 /// Prints a line to stdout, flushing at once (progress lines reach pipes promptly).
 func say(_ line: String) {
-    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+    writeAll(1, line + "\n")
+}
+
+/// `s` padded with spaces to `width` characters.
+func padded(_ s: String, _ width: Int) -> String {
+    s.count >= width ? s : s + String(repeating: " ", count: width - s.count)
+}
+
+/// Lower-case hex, two digits per byte.
+func hex(_ bytes: [UInt8]) -> String {
+    let digits = Array("0123456789abcdef")
+    var out = ""
+    out.reserveCapacity(bytes.count * 2)
+    for b in bytes { out.append(digits[Int(b >> 4)]); out.append(digits[Int(b & 0xf)]) }
+    return out
+}
+
+/// `date` as `yyyy-MM-dd HH:mm:ss` in the local time zone (TZ, /etc/localtime), as `date` prints it.
+func localTimestamp(_ date: Date) -> String {
+    var t = time_t(date.timeIntervalSince1970.rounded(.down))
+    var tm = Glibc.tm()
+    guard localtime_r(&t, &tm) != nil else { return date.formatted(.iso8601) }
+    var buf = [CChar](repeating: 0, count: 32)
+    let n = strftime(&buf, buf.count, "%Y-%m-%d %H:%M:%S", &tm)
+    return String(decoding: buf.prefix(n).map { UInt8(bitPattern: $0) }, as: UTF8.self)
 }

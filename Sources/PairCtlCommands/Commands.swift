@@ -1,6 +1,11 @@
 import ArgumentParser
 import DBus
+import EventLoop
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import PairingCore
 
 /// `pairctl`: the command-line client of paird.
@@ -13,7 +18,7 @@ public struct Pairctl: ParsableCommand {
         membership of the bluetooth group (paird's D-Bus policy).
 
         Exit status:
-        \(PairctlExit.allCases.map { "  \(String($0.rawValue).padding(toLength: 3, withPad: " ", startingAt: 0)) \($0.meaning)" }.joined(separator: "\n"))
+        \(PairctlExit.allCases.map { "  \(padded(String($0.rawValue), 3)) \($0.meaning)" }.joined(separator: "\n"))
         """,
         version: PairdAPI.version,
         subcommands: [Pair.self, Unpair.self, Connect.self, Disconnect.self, List.self, Status.self, Watch.self])
@@ -27,12 +32,12 @@ public struct Pairctl: ParsableCommand {
             try command.run()
             return 0
         } catch let e as PairctlError {
-            FileHandle.standardError.write(Data("pairctl: \(e.message)\n".utf8))
+            writeAll(2, "pairctl: \(e.message)\n")
             return e.exit.rawValue
         } catch {
             let code = exitCode(for: error)
             if code == .success { print(fullMessage(for: error)) } else {
-                FileHandle.standardError.write(Data((fullMessage(for: error) + "\n").utf8))
+                writeAll(2, fullMessage(for: error) + "\n")
             }
             return code.rawValue
         }
@@ -152,7 +157,7 @@ struct List: ParsableCommand {
     func run() throws {
         let client = try PairdClient()
         for d in try client.status().devices {
-            say("\(d.address)  \(d.state.padding(toLength: 18, withPad: " ", startingAt: 0))  \(d.name)")
+            say("\(d.address)  \(padded(d.state, 18))  \(d.name)")
         }
     }
 }
@@ -202,10 +207,10 @@ struct Watch: ParsableCommand {
     func run() throws {
         let client = try PairdClient()
         _ = try client.status() // fail fast, with the right exit code, when paird is not running
-        func stamp() -> String { ISO8601DateFormatter().string(from: Date()) }
+        func stamp() -> String { Date().formatted(.iso8601) }
         client.on("Notification") { args in
             guard args.count == 3, let a = args[0].string, let c = args[1].string, let v = args[2].bytes else { return }
-            say("\(stamp()) \(a) notify \(c) \(v.map { String(format: "%02x", $0) }.joined())")
+            say("\(stamp()) \(a) notify \(c) \(hex(v))")
         }
         client.on("StateChanged") { args in
             guard args.count == 3, let a = args[0].string, let s = args[1].string else { return }
@@ -223,21 +228,19 @@ struct Watch: ParsableCommand {
 enum StatusText {
     static func render(_ s: StatusDocument) -> String {
         var lines: [String] = []
-        let time = DateFormatter()
-        time.dateFormat = "yyyy-MM-dd HH:mm:ss"
         if let a = s.adapter {
             let name = [a.name, a.address.map { "(\($0))" }].compactMap { $0 }.joined(separator: " ")
             lines.append("adapter: \(name.isEmpty ? "none" : name), \(a.present ? (a.powered ? "powered" : "powered off") : "not present")")
         }
         if let p = s.pairing {
-            lines.append("pairing: \(p.phase)\(p.device.map { " \($0)" } ?? ""), until \(time.string(from: p.deadline))")
+            lines.append("pairing: \(p.phase)\(p.device.map { " \($0)" } ?? ""), until \(localTimestamp(p.deadline))")
         }
         if s.devices.isEmpty { lines.append("no wearables paired (pairctl pair --service 180d)") }
         for d in s.devices {
-            var line = "\(d.name.isEmpty ? "(no name)" : d.name) \(d.address): \(d.state) since \(time.string(from: d.since))"
+            var line = "\(d.name.isEmpty ? "(no name)" : d.name) \(d.address): \(d.state) since \(localTimestamp(d.since))"
             if let b = d.battery { line += ", battery \(b)%" }
             if d.wanted == "disconnected" { line += ", kept disconnected" }
-            if let l = d.lastDisconnect { line += ", last disconnect \(l.reason) at \(time.string(from: l.at))" }
+            if let l = d.lastDisconnect { line += ", last disconnect \(l.reason) at \(localTimestamp(l.at))" }
             if d.reconnectAttempts > 0 { line += ", \(d.reconnectAttempts) connect attempt(s)" }
             lines.append(line)
         }

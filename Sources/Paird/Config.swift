@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import PairingCore
 
 /// paird.conf: `[Section]` headers and `Key = value` lines, `#` comments, in the style of
@@ -27,20 +31,20 @@ public struct DaemonConfig: Sendable, Equatable {
         var c = DaemonConfig()
         var warnings: [String] = []
         var section = ""
-        for (n, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+        for (n, raw) in text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).enumerated() { // "\r\n" is one Character
             let lineNo = n + 1
-            let line = raw.trimmingCharacters(in: .whitespaces)
+            let line = raw.trimmed
             if line.isEmpty || line.hasPrefix("#") || line.hasPrefix(";") { continue }
             func fail(_ why: String) -> Error { Error(file: file, line: lineNo, reason: why) }
             if line.hasPrefix("[") {
                 guard line.hasSuffix("]"), line.count > 2 else { throw fail("malformed section header \(line)") }
-                section = String(line.dropFirst().dropLast()).trimmingCharacters(in: .whitespaces)
+                section = String(line.dropFirst().dropLast()).trimmed
                 if !Self.keys.keys.contains(section) { warnings.append("\(file):\(lineNo): unknown section [\(section)]") }
                 continue
             }
             guard let eq = line.firstIndex(of: "=") else { throw fail("expected Key = value, got \(line)") }
-            let key = line[..<eq].trimmingCharacters(in: .whitespaces)
-            let value = line[line.index(after: eq)...].trimmingCharacters(in: .whitespaces)
+            let key = line[..<eq].trimmed
+            let value = line[line.index(after: eq)...].trimmed
             guard let known = Self.keys[section], known.contains(key) else {
                 warnings.append("\(file):\(lineNo): unknown key \(key) in [\(section)], ignored")
                 continue
@@ -53,7 +57,7 @@ public struct DaemonConfig: Sendable, Equatable {
             }
             switch (section, key) {
             case ("General", "Adapter"):
-                guard value.isEmpty || value.range(of: #"^hci[0-9]+$"#, options: .regularExpression) != nil || DeviceAddress(value) != nil
+                guard value.isEmpty || Self.isAdapterName(value) || DeviceAddress(value) != nil
                 else { throw fail("Adapter must be an adapter name like hci0 or an address, got \"\(value)\"") }
                 c.adapter = value
             case ("Pairing", "ScanTimeout"): c.machine.scanTimeout = try seconds(1...600)
@@ -74,7 +78,7 @@ public struct DaemonConfig: Sendable, Equatable {
             case ("Notifications", "Subscribe"):
                 var uuids: [String] = []
                 for part in value.split(separator: ",") {
-                    let p = part.trimmingCharacters(in: .whitespaces)
+                    let p = part.trimmed
                     guard let u = ServiceUUID.normalize(p) else { throw fail("Subscribe: \"\(p)\" is not a UUID") }
                     uuids.append(u)
                 }
@@ -115,5 +119,21 @@ public struct DaemonConfig: Sendable, Equatable {
             throw Error(file: path, line: 0, reason: "not UTF-8 text")
         }
         return try parse(text, file: path)
+    }
+}
+
+extension DaemonConfig {
+    /// `hci` followed by decimal digits.
+    public static func isAdapterName(_ s: String) -> Bool {
+        s.hasPrefix("hci") && s.count > 3 && s.dropFirst(3).allSatisfy { $0.isASCII && $0.isNumber }
+    }
+}
+
+private extension StringProtocol {
+    /// Without leading and trailing white space (a CR of a CRLF file included).
+    var trimmed: String {
+        guard let first = firstIndex(where: { !$0.isWhitespace }),
+              let last = lastIndex(where: { !$0.isWhitespace }) else { return "" }
+        return String(self[first...last])
     }
 }

@@ -1,7 +1,11 @@
 import BlueZ
 import DBus
 import EventLoop
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import PairingCore
 #if canImport(Glibc)
 import Glibc

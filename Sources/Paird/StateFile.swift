@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import PairingCore
 #if canImport(Glibc)
 import Glibc
@@ -51,7 +55,7 @@ public struct StateFile: Sendable {
     /// Atomically replaces the file with `state`.
     public func save(_ state: PersistedState) throws {
         let data = state.encoded()
-        let dir = (path as NSString).deletingLastPathComponent.isEmpty ? "." : (path as NSString).deletingLastPathComponent
+        let dir = path.lastIndex(of: "/").map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
         var template = Array("\(path).tmp-XXXXXX".utf8CString)
         let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
         if fd < 0 { throw SystemError("create a temporary file next to \(path)", errno) }

@@ -1,4 +1,5 @@
 import CSystemd
+import EventLoop
 import PairingCore
 #if canImport(Glibc)
 import Glibc
@@ -74,9 +75,10 @@ public final class Log: @unchecked Sendable {
                 // --verbose on a terminal: monotonic seconds, to line events up with other logs.
                 var t = timespec()
                 clock_gettime(CLOCK_BOOTTIME, &t)
-                tag = "[" + String(format: "%.3f", Double(t.tv_sec) + Double(t.tv_nsec) / 1e9) + "] "
+                let ms = String(t.tv_nsec / 1_000_000)
+                tag = "[\(t.tv_sec).\(String(repeating: "0", count: 3 - ms.count))\(ms)] "
             }
-            FileHandleWriter.stderr("paird: \(tag)\(line)\n")
+            writeAll(2, "paird: \(tag)\(line)\n")
         }
     }
 
@@ -108,19 +110,5 @@ public final class Log: @unchecked Sendable {
         var st = stat()
         guard fstat(2, &st) == 0 else { return false }
         return UInt64(st.st_dev) == dev && UInt64(st.st_ino) == ino
-    }
-}
-
-enum FileHandleWriter {
-    static func stderr(_ s: String) {
-        var bytes = Array(s.utf8)
-        bytes.withUnsafeMutableBytes { b in
-            var off = 0
-            while off < b.count {
-                let n = write(2, b.baseAddress! + off, b.count - off)
-                if n <= 0 { if errno == EINTR { continue }; return }
-                off += n
-            }
-        }
     }
 }

@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// The whole daemon's decision-making, as pure code: events and `now` in, actions out.
 ///

@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// The state file's document: identity and intent of every managed wearable, never transient
 /// link state. Versioned; `decode` rejects anything it cannot trust with a typed error so the

@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// What `pairctl status --json` prints and the daemon's `GetStatus()` returns: one JSON object.
 /// Dates are ISO 8601 (UTC); keys are sorted so output is stable.

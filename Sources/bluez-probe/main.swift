@@ -74,7 +74,9 @@ if CommandLine.arguments.contains("-v") || getenv("BLUEZ_PROBE_VERBOSE") != nil 
         let detail = try body()
         let dt = loop.now() - t0
         let secs = Double(dt.components.seconds) + Double(dt.components.attoseconds) / 1e18
-        say("✓ \(name) (\(String(format: "%.2f", secs)) s)" + (detail.map { ": \($0)" } ?? ""))
+        let cs = Int((secs * 100).rounded())
+        let frac = cs % 100 < 10 ? "0\(cs % 100)" : "\(cs % 100)"
+        say("✓ \(name) (\(cs / 100).\(frac) s)" + (detail.map { ": \($0)" } ?? ""))
     } catch let f as ProbeFailure {
         say("✗ \(name): \(f.why)")
         exit(1)

@@ -1,4 +1,4 @@
-import Foundation
+import Glibc
 import PairCtlCommands
 
 exit(Pairctl.run(Array(CommandLine.arguments.dropFirst())))

@@ -1,5 +1,10 @@
 import ArgumentParser
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
+import Glibc
 import Paird
 import PairingCore
 
@@ -35,7 +40,7 @@ struct PairdCommand: ParsableCommand {
     var verbose = false
 
     func validate() throws {
-        if let a = adapter, a.range(of: #"^hci[0-9]+$"#, options: .regularExpression) == nil, DeviceAddress(a) == nil {
+        if let a = adapter, !DaemonConfig.isAdapterName(a), DeviceAddress(a) == nil {
             throw ValidationError("--adapter must be an adapter name like hci0 or an address like 00:AA:01:00:00:00, got \"\(a)\"")
         }
     }

@@ -63,11 +63,21 @@ struct ConfigTests {
                              "t.conf:4: unknown key X in [Mystery], ignored"])
     }
 
+    @Test("white space around keys and values, tabs and CRLF line ends are ignored")
+    func whiteSpace() throws {
+        let (c, warnings) = try DaemonConfig.parse("[General]\r\n\tAdapter\t=  hci12 \r\n[ Notifications ]\r\nSubscribe = 2a37 ,\t2a19\r\n", file: "t.conf")
+        #expect(warnings.isEmpty, "\(warnings)")
+        #expect(c.adapter == "hci12")
+        #expect(c.subscribe == ["00002a37-0000-1000-8000-00805f9b34fb", "00002a19-0000-1000-8000-00805f9b34fb"])
+    }
+
     @Test("bad values are refused with file, line and reason", arguments: [
         ("[Pairing]\nScanTimeout = soon\n", 2, "ScanTimeout must be a number of seconds"),
         ("[Pairing]\nScanTimeout = 0\n", 2, "ScanTimeout must be a number of seconds in 1.0…600.0"),
         ("\n\n[Connection]\nFastAttempts = -1\n", 4, "FastAttempts must be a whole number"),
         ("[General]\nAdapter = wlan0\n", 2, "Adapter must be an adapter name"),
+        ("[General]\nAdapter = hci\n", 2, "Adapter must be an adapter name"),
+        ("[General]\nAdapter = hci0x\n", 2, "Adapter must be an adapter name"),
         ("[Notifications]\nSubscribe = 2a37, nope\n", 2, "Subscribe: \"nope\" is not a UUID"),
         ("[Notifications]\nBattery = maybe\n", 2, "Battery must be yes or no"),
         ("[General\n", 1, "malformed section header"),

@@ -43,8 +43,8 @@ fi
 # ---------------------------------------------------------------- binaries (a snapshot: the VM
 # reads the host's files live, and .build/release may be rebuilt by someone else meanwhile)
 say "building paird and pairctl (release)"
-swift build -c release --product paird >/dev/null
-swift build -c release --product pairctl >/dev/null
+swift build -c release --static-swift-stdlib --product paird >/dev/null  # as `make release` builds them
+swift build -c release --static-swift-stdlib --product pairctl >/dev/null
 BIN=$REPO/.build-bench/bin
 mkdir -p "$BIN"
 cp .build/release/paird .build/release/pairctl "$BIN/"
