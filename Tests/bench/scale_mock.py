@@ -56,6 +56,19 @@ def proc_anon(pid):
     return 0
 
 
+def rss_by_mapping(pid, top=10):
+    """The largest resident mappings of pid, as (kB, name): where the RSS lives."""
+    sizes, name = {}, "?"
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            head = line.split()
+            if "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+                name = os.path.basename(head[5]) if len(head) > 5 else "[anon]"
+            elif head[0] == "Rss:":
+                sizes[name] = sizes.get(name, 0) + int(head[1])
+    return sorted(((kb, n) for n, kb in sizes.items()), reverse=True)[:top]
+
+
 def addr(i):
     return f"00:BE:00:00:{i >> 8:02X}:{i & 0xff:02X}"
 
@@ -173,6 +186,7 @@ def main():
     p.add_argument("--toggles", type=int, default=400, help="link drops+returns per run (each = 2 signals)")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--out", default=None)
+    p.add_argument("--smaps", action="store_true", help="also print paird's largest resident mappings (first rep of each N)")
     a = p.parse_args()
     a.paird, a.pairctl = os.path.abspath(a.paird), os.path.abspath(a.pairctl)
     out = open(a.out, "a") if a.out else None
@@ -191,6 +205,8 @@ def main():
                 time.sleep(1)
                 rss, fds = proc_mem(h.paird.pid)
                 anon = proc_anon(h.paird.pid)
+                if a.smaps and rep == 1:
+                    print(f"N={n:3d}: resident mappings: " + ", ".join(f"{name} {kb} kB" for kb, name in rss_by_mapping(h.paird.pid)))
                 t = time.monotonic()
                 h.status()
                 t_status = time.monotonic() - t
