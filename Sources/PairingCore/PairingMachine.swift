@@ -228,10 +228,23 @@ public struct PairingMachine: Sendable {
 
     /// A usable link lost its services without dropping: treat it as a link being set up again,
     /// so the discovery countdown (and, if it keeps failing, the lost-bond heuristic) decides.
+    /// The wearable must answer again before the link counts as proven (BlueZ forgets the
+    /// proof with the services). Losing them on an unproven link soon after it came up counts
+    /// as a failed setup, like a quick unproven drop: on the 6.12 bed a wearable that forgot its
+    /// bond can keep the link up while ServicesResolved turns false and true again every few
+    /// seconds, and without this paird reported `reconnected` forever.
     private mutating func servicesLost(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
         guard let i = slot[a] else { return }
         slots[i].linkResolved = false
         guard case .connected = slots[i].state else { return }
+        let d = slots[i]
+        slots[i].linkProven = false
+        slots[i].linkUpAt = now // the set-up starts again: so does the window for its proof
+        if unprovenQuickDrop(d, now), countSetupFailure(i) {
+            move(i, to: .needsRepair(reason: Self.suspectedBondLoss), now, &actions, reason: Self.suspectedBondLoss)
+            actions.append(.updateAutoConnect(autoConnectUUIDs))
+            return
+        }
         move(i, to: .discovering(countdown: countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))),
              now, &actions, reason: "services-lost")
     }

@@ -144,11 +144,11 @@ struct PropertyTests {
         }
 
         // A link loss from a live link ends in waitingForDevice or connecting, never forgets the device.
-        // (From discovering, repeated drops before the link was ever usable may mean a lost bond.)
+        // (Repeated failed setups — links the wearable never answered over — may mean a lost bond.)
         if case .linkDown(let a, let e) = event, let old = before[a], old.state == .connected || old.state.name == "discovering",
            e.adapterUp, e.deviceExists, e.stillBonded, e.reason != .authentication {
             let now = h.machine.devices[a]?.state.name
-            let presumedBondLoss = old.state.name == "discovering" && now == "needsRepair"
+            let presumedBondLoss = now == "needsRepair" && !old.linkProven && !old.adoptedUnresolved
                 && old.setupFailures + 1 >= h.machine.config.setupFailuresBeforeRepair
             if now != "waitingForDevice" && now != "connecting" && !presumedBondLoss {
                 fail("link loss of \(a) ended in \(String(describing: now))")

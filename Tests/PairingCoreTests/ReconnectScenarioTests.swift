@@ -243,6 +243,57 @@ struct ReconnectScenarioTests {
         #expect(h.send(.servicesLost(watch)).isEmpty, "ignored outside connected")
     }
 
+    @Test("wearable forgot its bond, seen on kernel 6.12 (CI): the link stays up while ServicesResolved turns false and true again, nothing from the wearable → needsRepair")
+    func forgottenBondTogglingServices() {
+        var h = Harness.connected()             // proven: the bond worked until now
+        var reconnects = 0
+        for round in 1...4 {
+            h.advance(.seconds(3))
+            let lost = h.send(.servicesLost(watch))
+            if round < 4 {
+                #expect(h.stateName(watch) == "discovering", "round \(round)")
+                #expect(lost.disconnects == 0)
+                h.send(.servicesResolved(watch)) // from BlueZ's cache
+                reconnects += h.send(.linkSetUp(watch, failure: nil)).reports(.reconnected).count
+            } else {
+                // the first loss was on the proven link; the next three on unproven ones
+                #expect(h.state(watch) == .needsRepair(reason: "suspected-bond-loss"))
+                #expect(lost.contains(.setTrusted(watch, false)))
+                #expect(lost.disconnects == 1, "the useless link is dropped")
+            }
+        }
+        #expect(reconnects == 3)
+        var connects = 0
+        for _ in 0..<20 { connects += h.fireNext().connects() }
+        #expect(connects == 0)
+        #expect(h.armed.isEmpty)
+    }
+
+    @Test("services re-read on a live link (Service Changed) over which the wearable answers each time never trip the lost-bond heuristic")
+    func servicesRereadOnProvenLinks() {
+        var h = Harness.connected()
+        for _ in 0..<20 {
+            h.advance(.seconds(1))
+            h.send(.servicesLost(watch))
+            h.send(.servicesResolved(watch))
+            h.send(.linkProven(watch))
+            h.send(.linkSetUp(watch, failure: nil))
+            #expect(h.state(watch) == .connected)
+        }
+    }
+
+    @Test("a quiet link (nothing ever proves it) whose services are re-read now and then is not a lost bond")
+    func quietLinkServicesRereadRarely() {
+        var h = Harness.connected()
+        for _ in 0..<10 {
+            h.advance(MachineConfig().proofWindow + .seconds(1))
+            h.send(.servicesLost(watch))
+            h.send(.servicesResolved(watch))
+            h.send(.linkSetUp(watch, failure: nil))
+            #expect(h.state(watch) == .connected)
+        }
+    }
+
     @Test("a link that becomes usable clears the count of failed setups")
     func setupFailuresReset() {
         var h = Harness.connected()
