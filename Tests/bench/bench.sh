@@ -3,14 +3,15 @@
 # tests).  `make bench` runs it after PairingBench.  Results: .build-bench/results/<time>/
 # (JSON lines + report.md, the tables of BENCHMARKS.md); VM logs in testbed-out/bench-*/.
 #
-#   Tests/bench/bench.sh [--quick] [scale] [reconnect] [costs]     (default: all three)
+#   Tests/bench/bench.sh [--quick] [scale] [native] [reconnect] [costs]     (default: all four)
 #
 #   scale      host, python-dbusmock: 1/10/100 devices, memory and CPU per event      (~1 min)
+#   native     host, python-dbusmock: start-up and idle cost on the host's own CPU    (~3 min)
 #   reconnect  VM: reconnect latency, paird vs auto-connect / bluetoothctl loop / bleak (~25 min)
 #   costs      VM: start-up (exec→READY=1, adoption) and idle cost, paird vs bleak     (~12 min)
 #   --quick    a smoke run with few reps (~8 min in all)
 # Knobs (environment): BENCH_REPS5 (20), BENCH_REPS60 (2), BENCH_REPS300 (0), BENCH_STARTS (20),
-# BENCH_WINDOW (90 s), BENCH_SCALE_REPS (3).
+# BENCH_WINDOW (90 s; the native part's windows too), BENCH_SCALE_REPS (3).
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$REPO"
@@ -18,12 +19,12 @@ quick=0; parts=()
 for a in "$@"; do
   case $a in
     --quick) quick=1 ;;
-    scale|reconnect|costs) parts+=("$a") ;;
+    scale|native|reconnect|costs) parts+=("$a") ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench.sh: unknown argument $a" >&2; exit 64 ;;
   esac
 done
-((${#parts[@]})) || parts=(scale reconnect costs)
+((${#parts[@]})) || parts=(scale native reconnect costs)
 if ((quick)); then
   : "${BENCH_REPS5:=2}" "${BENCH_REPS60:=0}" "${BENCH_STARTS:=3}" "${BENCH_WINDOW:=15}" "${BENCH_SCALE_REPS:=1}"
 fi
@@ -68,6 +69,11 @@ for part in "${parts[@]}"; do
       /usr/bin/python3 Tests/bench/scale_mock.py --paird "$PAIRD_BIN" --pairctl "$PAIRCTL_BIN" \
         --counts 1,10,100 --reps "${BENCH_SCALE_REPS:-3}" --toggles "$( ((quick)) && echo 100 || echo 400)" \
         --out "$RES/scale.jsonl" 2> >(grep -v 'fd limit' >&2) ;;
+    native)
+      say "start-up and idle cost on python-dbusmock (host CPU, not emulated)"
+      /usr/bin/python3 Tests/bench/native_costs.py --paird "$PAIRD_BIN" --pairctl "$PAIRCTL_BIN" \
+        --reps "${BENCH_STARTS:-20}" --window "${BENCH_WINDOW:-90}" \
+        --out "$RES/native.jsonl" 2> >(grep -v 'fd limit' >&2) ;;
     reconnect)
       say "reconnect latency in the test bed (VM)"
       BED_X_REPS5=${BENCH_REPS5:-20} BED_X_REPS60=${BENCH_REPS60:-2} BED_X_REPS300=${BENCH_REPS300:-0} \

@@ -97,6 +97,10 @@ class Host:
         self.wait(lambda: self.bus.name_has_owner("org.bluez"), 15, "org.bluez")
         self.mock = dbus.Interface(self.bus.get_object("org.bluez", "/"), "org.bluez.Mock")
         self.mock.AddAdapter("hci0", "host")
+        # The bluez5 template has no GattManager1: without these paird's RegisterApplication fails
+        # and is retried every 5 s, wake-ups real BlueZ (which accepts it) would not cause.
+        dbus.Interface(self.bus.get_object("org.bluez", "/org/bluez/hci0"), "org.freedesktop.DBus.Mock").AddMethods(
+            "org.bluez.GattManager1", [("RegisterApplication", "oa{sv}", "", ""), ("UnregisterApplication", "o", "", "")])
         self.known = 0
         self.paird = None
 
