@@ -127,6 +127,11 @@ public struct ManagedDevice: Sendable, Hashable {
     public var linkProven: Bool = false
     /// When the current link came up (as far as the machine saw), for `MachineConfig.proofWindow`.
     public var linkUpAt: Moment?
+    /// The current set-up (since the link came up or its services last resolved) was already
+    /// judged by the lost-bond heuristic when its services went: the drop that often follows
+    /// (BlueZ may signal ServicesResolved=false and Connected=false separately) is the same
+    /// failure, not another — and after the services of a proven link went, no failure at all.
+    public var setupJudged: Bool = false
     /// Has reached `connected` since the daemon started (a later connect is a *reconnect*).
     public var hasBeenConnected: Bool
 

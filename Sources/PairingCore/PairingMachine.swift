@@ -164,6 +164,7 @@ public struct PairingMachine: Sendable {
             slots[i].ownDisconnectPending = false
             slots[i].linkProven = false
             slots[i].linkUpAt = now
+            slots[i].setupJudged = false
             move(i, to: .discovering(countdown: countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))), now, &actions)
             if view.servicesResolved { actions.append(.setUpLink(a)) }
         } else {
@@ -196,6 +197,7 @@ public struct PairingMachine: Sendable {
         slots[i].ownDisconnectPending = false // a new link: the old one went down unseen
         slots[i].linkProven = false
         slots[i].linkUpAt = now
+        slots[i].setupJudged = false
         switch d.state {
         case .connecting, .waitingForDevice:
             move(i, to: .discovering(countdown: countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))), now, &actions)
@@ -211,6 +213,7 @@ public struct PairingMachine: Sendable {
         let d = slots[i]
         slots[i].linkResolved = true
         slots[i].adoptedUnresolved = false
+        slots[i].setupJudged = false // a new set-up of the link begins
         switch d.state {
         case .connecting, .waitingForDevice:
             // A reconnect made by Connect() often signals no Connected=true: resolved means usable.
@@ -232,7 +235,8 @@ public struct PairingMachine: Sendable {
     /// proof with the services). Losing them on an unproven link soon after it came up counts
     /// as a failed setup, like a quick unproven drop: on the 6.12 bed a wearable that forgot its
     /// bond can keep the link up while ServicesResolved turns false and true again every few
-    /// seconds, and without this paird reported `reconnected` forever.
+    /// seconds, and without this paird reported `reconnected` forever. Either way the set-up is
+    /// judged (`setupJudged`), so a drop right after is not counted again.
     private mutating func servicesLost(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
         guard let i = slot[a] else { return }
         slots[i].linkResolved = false
@@ -240,7 +244,8 @@ public struct PairingMachine: Sendable {
         let d = slots[i]
         slots[i].linkProven = false
         slots[i].linkUpAt = now // the set-up starts again: so does the window for its proof
-        if unprovenQuickDrop(d, now), countSetupFailure(i) {
+        slots[i].setupJudged = true
+        if !d.setupJudged, unprovenQuickDrop(d, now), countSetupFailure(i) {
             move(i, to: .needsRepair(reason: Self.suspectedBondLoss), now, &actions, reason: Self.suspectedBondLoss)
             actions.append(.updateAutoConnect(autoConnectUUIDs))
             return
@@ -278,6 +283,7 @@ public struct PairingMachine: Sendable {
         slots[i].ownDisconnectPending = false
         slots[i].linkProven = false
         slots[i].linkUpAt = nil
+        slots[i].setupJudged = false
         let verdict = DisconnectClassifier.classify(e, weAskedForIt: d.ownDisconnectPending)
         switch d.state {
         case .connected, .discovering:
@@ -288,7 +294,7 @@ public struct PairingMachine: Sendable {
                 startConnect(i, attempt: 1, now, &actions)
             case .linkLoss(let reason):
                 slots[i].lastDisconnect = .init(reason: reason, at: now)
-                if unprovenQuickDrop(d, now), countSetupFailure(i) {
+                if !d.setupJudged, unprovenQuickDrop(d, now), countSetupFailure(i) {
                     move(i, to: .needsRepair(reason: Self.suspectedBondLoss), now, &actions, reason: Self.suspectedBondLoss)
                     actions.append(.updateAutoConnect(autoConnectUUIDs))
                 } else {
@@ -375,6 +381,7 @@ public struct PairingMachine: Sendable {
         slots[i].adoptedUnresolved = false
         slots[i].linkProven = false
         slots[i].linkUpAt = now
+        slots[i].setupJudged = false
         move(i, to: .discovering(countdown: countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))), now, &actions)
     }
 

@@ -269,6 +269,47 @@ struct ReconnectScenarioTests {
         #expect(h.armed.isEmpty)
     }
 
+    @Test("BlueZ may signal ServicesResolved=false before Connected=false: a proven link going that way is a plain link loss")
+    func provenLinkLosingServicesThenDropping() {
+        var h = Harness.connected()
+        for _ in 0..<5 {
+            h.advance(.seconds(60))
+            h.send(.servicesLost(watch))
+            let out = h.send(.linkDown(watch, linkLoss))
+            #expect(out.reports(.linkLost).count == 1)
+            #expect(h.stateName(watch) == "waitingForDevice")
+            #expect(h.machine.devices[watch]?.setupFailures == 0)
+            h.send(.linkUp(watch))
+            h.send(.servicesResolved(watch))
+            h.send(.linkProven(watch))
+            h.send(.linkSetUp(watch, failure: nil))
+        }
+        #expect(h.state(watch) == .connected)
+    }
+
+    @Test("wearable forgot its bond, seen on the 6.12 bed: each unproven link loses its services, then drops — one failed set-up each, needsRepair at the third")
+    func forgottenBondServicesLostThenDrop() {
+        var h = Harness.connected()
+        h.send(.linkDown(watch, linkLoss))       // forget-bond: the proven link drops
+        for round in 1...3 {
+            h.send(.linkUp(watch))
+            h.send(.servicesResolved(watch))     // from the cache
+            h.send(.linkSetUp(watch, failure: nil))
+            h.advance(.seconds(2))
+            let lost = h.send(.servicesLost(watch))
+            if round < 3 {
+                #expect(h.stateName(watch) == "discovering")
+                #expect(h.machine.devices[watch]?.setupFailures == round)
+                h.send(.linkDown(watch, linkLoss))
+                #expect(h.machine.devices[watch]?.setupFailures == round, "the drop is the same failure")
+                #expect(h.stateName(watch) == "waitingForDevice")
+            } else {
+                #expect(h.state(watch) == .needsRepair(reason: "suspected-bond-loss"))
+                #expect(lost.disconnects == 1)
+            }
+        }
+    }
+
     @Test("services re-read on a live link (Service Changed) over which the wearable answers each time never trip the lost-bond heuristic")
     func servicesRereadOnProvenLinks() {
         var h = Harness.connected()
