@@ -132,10 +132,13 @@ public struct MachineConfig: Sendable, Hashable {
     /// before the bond is presumed lost → `needsRepair`. BlueZ 5.66 gives no reason on D-Bus;
     /// this is how a wearable that forgot its bond looks.
     public var setupFailuresBeforeRepair: Int = 3
-    /// How long after coming up a link that carried no data from the wearable still counts as a
-    /// failed setup when it drops. Seen in the test bed (kernel 6.12) with a forgotten bond: the
-    /// link resolves from BlueZ's cache and drops on the encryption failure ~4 s later.
-    public var proofWindow: Duration = .seconds(30)
+    /// How long after coming up (or after its services resolved again) a link that carried no
+    /// data from the wearable still counts as a failed setup when it drops or loses its services.
+    /// Seen in the test bed (kernel 6.12) with a forgotten bond: the link resolves from BlueZ's
+    /// cache and drops on the encryption failure ~4 s later; or it stays up and loses its
+    /// services every 30–35 s (BlueZ's ATT layer gives up after a security failure or its 30 s
+    /// request timeout), so the window must outlast that timeout: 30 s missed it.
+    public var proofWindow: Duration = .seconds(60)
     /// The adapter devices are paired through, recorded in their identity.
     public var adapter: String = "hci0"
     public var jitterSeed: UInt64 = 0x5EED

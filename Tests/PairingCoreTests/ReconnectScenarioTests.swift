@@ -269,6 +269,24 @@ struct ReconnectScenarioTests {
         #expect(h.armed.isEmpty)
     }
 
+    @Test("forgotten bond, the bed's timeline (fb-run4): the link stays up and loses its services 4, 31 and 34 s after they resolved (ATT gives up) → needsRepair at the third")
+    func forgottenBondAttTimeoutCycle() {
+        var h = Harness.connected()
+        h.send(.linkDown(watch, linkLoss))       // forget-bond drops the proven link
+        h.send(.linkUp(watch))
+        for (round, after) in [(1, 4.0), (2, 30.8), (3, 34.3)] {
+            h.send(.servicesResolved(watch))     // from the cache, 0.1–0.3 s after the loss
+            h.send(.linkSetUp(watch, failure: nil))
+            h.advance(.milliseconds(Int64(after * 1000)))
+            h.send(.servicesLost(watch))
+            if round < 3 {
+                #expect(h.stateName(watch) == "discovering")
+                #expect(h.machine.devices[watch]?.setupFailures == round)
+            }
+        }
+        #expect(h.state(watch) == .needsRepair(reason: "suspected-bond-loss"))
+    }
+
     @Test("BlueZ may signal ServicesResolved=false before Connected=false: a proven link going that way is a plain link loss")
     func provenLinkLosingServicesThenDropping() {
         var h = Harness.connected()
