@@ -59,8 +59,12 @@ public final class BlueZClient {
     public var shortTimeout: Duration = .seconds(25)
     /// GATT reads and StartNotify: above the 30 s ATT timeout.
     public var gattTimeout: Duration = .seconds(35)
-    /// Delay before a failed registration is tried again.
+    /// Delay before a failed registration is tried again; it doubles with each failure in a row,
+    /// up to `maxRetryDelay`, so a BlueZ that keeps refusing costs no steady wake-ups.
     public var retryDelay: Duration = .seconds(5)
+    public var maxRetryDelay: Duration = .seconds(300)
+    /// Failed registrations in a row (reset by a successful one).
+    private var registrationRetries = 0
     private let removalGrace: Duration
 
     // MARK: State
@@ -524,6 +528,7 @@ public final class BlueZClient {
         appSettled = false
         discoveryActive = false
         retryTimer?.cancel()
+        registrationRetries = 0 // a new bluetoothd gets the short delay again
         evaluate()
         adapterPath = nil
     }
@@ -632,6 +637,7 @@ public final class BlueZClient {
                 guard let self, gen == self.generation else { return }
                 if case .failure(let e) = result { self.note("RequestDefaultAgent: \(e)") }
                 self.agentRegistered = true
+                self.registrationRetries = 0
                 self.stats.agentRegistrations += 1
                 self.agentState = .settled
                 self.evaluate()
@@ -649,11 +655,20 @@ public final class BlueZClient {
     private func scheduleRetry() {
         guard retryTimer?.isPending != true else { return }
         let gen = generation
-        retryTimer = loop.schedule(after: retryDelay) { [weak self] in
+        let delay = Self.backoff(base: retryDelay, max: maxRetryDelay, failures: registrationRetries)
+        registrationRetries += 1
+        retryTimer = loop.schedule(after: delay) { [weak self] in
             guard let self, gen == self.generation, !self.stopped else { return }
             if !self.agentRegistered { self.agentState = .none }
             self.evaluate()
         }
+    }
+
+    /// `base` doubled once per earlier failure in a row, at most `max`.
+    public static func backoff(base: Duration, max: Duration, failures: Int) -> Duration {
+        var delay = base
+        for _ in 0..<Swift.max(0, failures) where delay < max { delay *= 2 }
+        return Swift.min(delay, max)
     }
 
     /// Brings BlueZ's registration of our application in line with `wantedUUIDs`, one call at a time.
@@ -692,6 +707,7 @@ public final class BlueZClient {
             switch result {
             case .success:
                 self.registeredUUIDs = uuids
+                self.registrationRetries = 0
                 self.stats.applicationRegistrations += 1
                 self.note("GATT profile registered for \(uuids.joined(separator: ","))")
             case .failure(let e) where e.name == "org.bluez.Error.AlreadyExists":
