@@ -15,8 +15,9 @@ interleaved with two references exec'd the same way on the same host: `pairctl -
 (exec → exit, our other static binary) and /bin/true (the cost of an exec here).
 
 Idle, WINDOW s per phase, WATCHDOG_USEC=10 s as under systemd/paird.service: CPU (schedstat,
-threads summed), context switches (voluntary+nonvoluntary, threads summed) per second, WATCHDOG=1
-datagrams received, RSS and fds, for
+threads summed), wake-ups per second (voluntary context switches: paird blocking again in
+epoll_wait) and, apart, the host's preemptions of it (nonvoluntary), WATCHDOG=1 datagrams
+received, RSS and fds, for
   connected-quiet  link up, nothing happening
   absent           link down, every Connect() fails (paird waits passively; its fallback
                    Connect() every FallbackInterval = 60 s is part of the figure)
@@ -39,16 +40,20 @@ from scale_mock import Host, addr, proc_cpu, proc_mem  # noqa: E402
 
 
 def ctx_switches(pid):
-    n = 0
+    """(voluntary, nonvoluntary) context switches, threads summed. A voluntary one is paird
+    blocking (in epoll_wait, once per wake-up); a nonvoluntary one is the host preempting it."""
+    vol = nonvol = 0
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{tid}/status") as f:
                 for line in f:
-                    if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
-                        n += int(line.split()[1])
+                    if line.startswith("voluntary_ctxt_switches"):
+                        vol += int(line.split()[1])
+                    elif line.startswith("nonvoluntary_ctxt_switches"):
+                        nonvol += int(line.split()[1])
         except FileNotFoundError:
             pass
-    return n
+    return vol, nonvol
 
 
 def pct(xs, p):
@@ -170,19 +175,19 @@ def main():
         proc, t0 = start_paird(watchdog=True)
         wait(lambda: notify.first(lambda n: n.startswith("STATUS=") and label in n, t0), 30, "STATUS … connected")
         print(f"\nidle, {a.window:.0f} s per phase, WATCHDOG_USEC=10 s (ping expected every 5 s):")
-        print(f"  {'phase':16s} {'CPU-s/hour':>10s} {'wake-ups/s':>10s} {'WATCHDOG=1':>10s} {'RSS MB':>7s} {'fds':>4s} {'Connect()':>9s}")
+        print(f"  {'phase':16s} {'CPU-s/hour':>10s} {'wake-ups/s':>10s} {'preempt/s':>9s} {'WATCHDOG=1':>10s} {'RSS MB':>7s} {'fds':>4s} {'Connect()':>9s}")
 
         def window(phase):
-            time.sleep(2)  # let the change that started the phase settle
+            time.sleep(10)  # let the change that started the phase settle (start-up, the link drop)
             c0, s0, k0, t = proc_cpu(proc.pid), ctx_switches(proc.pid), h.calls(1), time.monotonic()
             time.sleep(a.window)
             c1, s1, k1, t1 = proc_cpu(proc.pid), ctx_switches(proc.pid), h.calls(1), time.monotonic()
             rss, fds = proc_mem(proc.pid)
             dt = t1 - t
             r = dict(bench="native-idle", phase=phase, window_s=dt, cpu_s_per_hour=(c1 - c0) / dt * 3600,
-                     wakeups_per_s=(s1 - s0) / dt, watchdog_pings=notify.count("WATCHDOG=1", t, t1),
-                     rss_kb=rss, fds=fds, connect_calls=k1 - k0)
-            print(f"  {phase:16s} {r['cpu_s_per_hour']:10.3f} {r['wakeups_per_s']:10.2f} {r['watchdog_pings']:10d} "
+                     wakeups_per_s=(s1[0] - s0[0]) / dt, preemptions_per_s=(s1[1] - s0[1]) / dt,
+                     watchdog_pings=notify.count("WATCHDOG=1", t, t1), rss_kb=rss, fds=fds, connect_calls=k1 - k0)
+            print(f"  {phase:16s} {r['cpu_s_per_hour']:10.3f} {r['wakeups_per_s']:10.2f} {r['preemptions_per_s']:9.2f} {r['watchdog_pings']:10d} "
                   f"{rss / 1024:7.1f} {fds:4d} {r['connect_calls']:9d}", flush=True)
             if out:
                 out.write(json.dumps(r) + "\n")
