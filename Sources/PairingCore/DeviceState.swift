@@ -127,13 +127,23 @@ public struct ManagedDevice: Sendable, Hashable {
     public var linkProven: Bool = false
     /// When the current link came up (as far as the machine saw), for `MachineConfig.proofWindow`.
     public var linkUpAt: Moment?
-    /// The current set-up (since the link came up or its services last resolved) was already
-    /// judged by the lost-bond heuristic when its services went: the drop that often follows
-    /// (BlueZ may signal ServicesResolved=false and Connected=false separately) is the same
-    /// failure, not another — and after the services of a proven link went, no failure at all.
-    public var setupJudged: Bool = false
+    /// What the lost-bond heuristic made of the current set-up (since the link came up or its
+    /// services last resolved) when its services went; nil while it has not judged it.
+    public var setupVerdict: SetupVerdict?
     /// Has reached `connected` since the daemon started (a later connect is a *reconnect*).
     public var hasBeenConnected: Bool
+
+    /// See `setupVerdict`. The drop BlueZ often signals right after the services went
+    /// (ServicesResolved=false and Connected=false arrive separately) is the same failure, not
+    /// another: it is never counted after a verdict.
+    public enum SetupVerdict: Sendable, Hashable {
+        /// The services went on an unproven link: counted as a failed set-up. A discovery
+        /// timeout that follows is not counted again.
+        case counted
+        /// The services went on a proven link (a Service Changed re-read): no failure; but if
+        /// they never come back, the discovery timeout still counts one.
+        case excused
+    }
 
     public struct LastDisconnect: Sendable, Hashable {
         public var reason: String

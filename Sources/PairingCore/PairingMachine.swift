@@ -164,7 +164,7 @@ public struct PairingMachine: Sendable {
             slots[i].ownDisconnectPending = false
             slots[i].linkProven = false
             slots[i].linkUpAt = now
-            slots[i].setupJudged = false
+            slots[i].setupVerdict = nil
             move(i, to: .discovering(countdown: countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))), now, &actions)
             if view.servicesResolved { actions.append(.setUpLink(a)) }
         } else {
@@ -197,7 +197,7 @@ public struct PairingMachine: Sendable {
         slots[i].ownDisconnectPending = false // a new link: the old one went down unseen
         slots[i].linkProven = false
         slots[i].linkUpAt = now
-        slots[i].setupJudged = false
+        slots[i].setupVerdict = nil
         switch d.state {
         case .connecting, .waitingForDevice:
             move(i, to: .discovering(countdown: countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))), now, &actions)
@@ -213,7 +213,7 @@ public struct PairingMachine: Sendable {
         let d = slots[i]
         slots[i].linkResolved = true
         slots[i].adoptedUnresolved = false
-        slots[i].setupJudged = false // a new set-up of the link begins
+        slots[i].setupVerdict = nil // a new set-up of the link begins
         switch d.state {
         case .connecting, .waitingForDevice:
             // A reconnect made by Connect() often signals no Connected=true: resolved means usable.
@@ -232,11 +232,11 @@ public struct PairingMachine: Sendable {
     /// A usable link lost its services without dropping: treat it as a link being set up again,
     /// so the discovery countdown (and, if it keeps failing, the lost-bond heuristic) decides.
     /// The wearable must answer again before the link counts as proven (BlueZ forgets the
-    /// proof with the services). Losing them on an unproven link soon after it came up counts
-    /// as a failed setup, like a quick unproven drop: on the 6.12 bed a wearable that forgot its
-    /// bond can keep the link up while ServicesResolved turns false and true again every few
-    /// seconds, and without this paird reported `reconnected` forever. Either way the set-up is
-    /// judged (`setupJudged`), so a drop right after is not counted again.
+    /// proof with the services). Losing them on an unproven link within `proofWindow` of its
+    /// set-up counts as a failed setup, like a quick unproven drop: on the 6.12 bed a wearable that
+    /// forgot its bond can keep the link up while ServicesResolved turns false and true again
+    /// (4–35 s apart), and without this paird reported `reconnected` forever. Either way the set-up gets
+    /// its `setupVerdict`, so a drop right after is not counted again.
     private mutating func servicesLost(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
         guard let i = slot[a] else { return }
         slots[i].linkResolved = false
@@ -244,8 +244,9 @@ public struct PairingMachine: Sendable {
         let d = slots[i]
         slots[i].linkProven = false
         slots[i].linkUpAt = now // the set-up starts again: so does the window for its proof
-        slots[i].setupJudged = true
-        if !d.setupJudged, unprovenQuickDrop(d, now), countSetupFailure(i) {
+        let counted = d.setupVerdict == nil && unprovenQuickDrop(d, now)
+        if d.setupVerdict == nil { slots[i].setupVerdict = counted ? .counted : .excused }
+        if counted, countSetupFailure(i) {
             move(i, to: .needsRepair(reason: Self.suspectedBondLoss), now, &actions, reason: Self.suspectedBondLoss)
             actions.append(.updateAutoConnect(autoConnectUUIDs))
             return
@@ -258,6 +259,9 @@ public struct PairingMachine: Sendable {
         guard let i = slot[a], case .discovering = slots[i].state else { return }
         let d = slots[i]
         guard let failure else {
+            // A reply to a set-up made before the services went: its subscriptions went with them.
+            // The set-up that follows their return decides.
+            guard d.linkResolved else { return }
             let kind: Report.Kind = d.hasBeenConnected ? .reconnected : .connected
             let attempts = d.reconnectAttempts
             slots[i].hasBeenConnected = true
@@ -283,7 +287,7 @@ public struct PairingMachine: Sendable {
         slots[i].ownDisconnectPending = false
         slots[i].linkProven = false
         slots[i].linkUpAt = nil
-        slots[i].setupJudged = false
+        slots[i].setupVerdict = nil
         let verdict = DisconnectClassifier.classify(e, weAskedForIt: d.ownDisconnectPending)
         switch d.state {
         case .connected, .discovering:
@@ -294,7 +298,7 @@ public struct PairingMachine: Sendable {
                 startConnect(i, attempt: 1, now, &actions)
             case .linkLoss(let reason):
                 slots[i].lastDisconnect = .init(reason: reason, at: now)
-                if !d.setupJudged, unprovenQuickDrop(d, now), countSetupFailure(i) {
+                if d.setupVerdict == nil, unprovenQuickDrop(d, now), countSetupFailure(i) {
                     move(i, to: .needsRepair(reason: Self.suspectedBondLoss), now, &actions, reason: Self.suspectedBondLoss)
                     actions.append(.updateAutoConnect(autoConnectUUIDs))
                 } else {
@@ -381,7 +385,7 @@ public struct PairingMachine: Sendable {
         slots[i].adoptedUnresolved = false
         slots[i].linkProven = false
         slots[i].linkUpAt = now
-        slots[i].setupJudged = false
+        slots[i].setupVerdict = nil
         move(i, to: .discovering(countdown: countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))), now, &actions)
     }
 
@@ -450,7 +454,7 @@ public struct PairingMachine: Sendable {
                 // so the link-down that follows finds us `connecting` and is not a link loss).
                 // Only a link whose services never resolved counts toward the lost-bond heuristic.
                 // An adopted link that never resolved is no evidence either (see adoptedUnresolved).
-                if !d.linkResolved, !d.adoptedUnresolved, countSetupFailure(i) { // entering needsRepair disconnects too
+                if !d.linkResolved, !d.adoptedUnresolved, d.setupVerdict != .counted, countSetupFailure(i) { // entering needsRepair disconnects too
                     move(i, to: .needsRepair(reason: Self.suspectedBondLoss), now, &actions, reason: Self.suspectedBondLoss)
                     actions.append(.updateAutoConnect(autoConnectUUIDs))
                     return

@@ -287,6 +287,19 @@ struct ReconnectScenarioTests {
         #expect(h.state(watch) == .needsRepair(reason: "suspected-bond-loss"))
     }
 
+    @Test("a set-up reply that arrives after the services went does not make the link connected")
+    func staleSetUpReplyAfterServicesLost() {
+        var h = Harness.connected()
+        h.send(.servicesLost(watch))
+        h.send(.servicesResolved(watch))          // setUpLink #2 issued
+        h.send(.servicesLost(watch))              // ignored in discovering, but the link is unresolved
+        #expect(h.send(.linkSetUp(watch, failure: nil)).reports(.reconnected).isEmpty)
+        #expect(h.stateName(watch) == "discovering")
+        h.send(.servicesResolved(watch))
+        #expect(h.send(.linkSetUp(watch, failure: nil)).reports(.reconnected).count == 1)
+        #expect(h.state(watch) == .connected)
+    }
+
     @Test("BlueZ may signal ServicesResolved=false before Connected=false: a proven link going that way is a plain link loss")
     func provenLinkLosingServicesThenDropping() {
         var h = Harness.connected()
