@@ -579,6 +579,27 @@ public final class BlueZClient {
         return adapters.first { $0 == "/org/bluez/" + selector }
     }
 
+    /// With no adapter configured we use the one that sorts first (hci0 before hci1). bluetoothd
+    /// announces its adapters one by one as it starts, so the first one we saw may not be that
+    /// one: until we are ready, a better one replaces it. (Seen in the test bed's soak: after a
+    /// bluetoothd restart paird took hci1, the wearable's adapter, found its device missing
+    /// there and marked it needsRepair.) After ready the choice stands: switching would drop
+    /// live links.
+    private func reselectIfBetter() {
+        guard selector.isEmpty, !ready, !appBusy, let current = adapterPath,
+              let best = selectAdapter(), best != current else { return }
+        if registeredUUIDs != nil {
+            call(current, Iface.gattManager, "UnregisterApplication", [.objectPath(Self.applicationPath)]) { [weak self] result in
+                if case .failure(let e) = result { self?.note("UnregisterApplication on \(current): \(e)") }
+            }
+        }
+        note("adapter \(best) sorts before \(current), which was seen first: using \(best)")
+        adapterPath = best
+        registeredUUIDs = nil
+        appSettled = false
+        discoveryActive = false
+    }
+
     /// Re-checks which adapter we use, drives the registrations, and emits ready/gone.
     private func evaluate() {
         if synced {
@@ -590,6 +611,7 @@ public final class BlueZClient {
                 appBusy = false
                 discoveryActive = false
             }
+            reselectIfBetter()
             if adapterPath == nil { adapterPath = selectAdapter() }
             if adapterPath != nil {
                 registerAgentIfNeeded()

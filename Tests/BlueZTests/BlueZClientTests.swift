@@ -53,6 +53,22 @@ struct BlueZClientTests {
         #expect(client.isReady)
     }
 
+    @Test("no adapter configured: hci0 appearing after hci1 (bluetoothd starting) replaces it before ready")
+    func firstAdapterSeenIsReplacedByOneThatSortsFirst() throws {
+        let mock = try MockBlueZ()
+        let hci1 = try mock.addAdapter("hci1")
+        try mock.updateProperties(hci1, "org.bluez.Adapter1", ["Powered": .bool(false)])
+        let (client, recorder, conn) = try mock.startClient("", waitReady: false, adapterForRegistrar: nil)
+        try runUntil(mock.loop, "absence announced") { !recorder.events.isEmpty }
+        #expect(recorder.events == [.adapterGone(reason: "powered-off")], "hci1 seen first, not powered")
+        try mock.addAdapter("hci0")
+        try mock.addDevice("hci0", devA)
+        try mock.setRegistrar("/org/bluez/hci0", conn.uniqueName)
+        try runUntil(mock.loop, "adapterReady") { recorder.readyCount == 1 }
+        #expect(client.adapter?.name == "hci0")
+        #expect(client.device(addrA) != nil)
+    }
+
     @Test func signalsBecomeTypedEvents() throws {
         let mock = try MockBlueZ()
         try mock.addAdapter()
