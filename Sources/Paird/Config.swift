@@ -10,7 +10,7 @@ import PairingCore
 /// reason. Every key and its default is listed in etc/paird/paird.conf.
 public struct DaemonConfig: Sendable, Equatable {
     public var machine = MachineConfig()
-    /// Adapter name (`hci0`) or address; empty = the first adapter BlueZ lists.
+    /// Adapter name (`hci0`) or address; empty = the first in order (hci0 before hci1).
     public var adapter: String = ""
     /// Characteristics (128-bit UUIDs) subscribed to after every (re)connect.
     public var subscribe: [String] = [ServiceUUID.heartRateMeasurement]
