@@ -107,8 +107,9 @@ public struct ManagedDevice: Sendable, Hashable {
     public var lastDisconnect: LastDisconnect?
     /// Connect attempts since the link was last usable.
     public var reconnectAttempts: Int
-    /// Links that came up but dropped before becoming usable (or quick abort-by-local failures),
-    /// in a row; at `MachineConfig.setupFailuresBeforeRepair` the bond is presumed lost.
+    /// Set-ups in a row that failed before the wearable answered (links that dropped or lost their
+    /// services, links that never resolved, quick abort-by-local failures); at
+    /// `MachineConfig.setupFailuresBeforeRepair` the bond is presumed lost.
     public var setupFailures: Int
     /// The current link reached `ServicesResolved`. Not proof of the bond (BlueZ may resolve from
     /// its cache, see `linkProven`), but a resolved link whose set-up outlasts the discovery

@@ -244,7 +244,7 @@ public struct PairingMachine: Sendable {
         let d = slots[i]
         slots[i].linkProven = false
         slots[i].linkUpAt = now // the set-up starts again: so does the window for its proof
-        let counted = d.setupVerdict == nil && unprovenQuickDrop(d, now)
+        let counted = d.setupVerdict == nil && unprovenWithinProofWindow(d, now)
         if d.setupVerdict == nil { slots[i].setupVerdict = counted ? .counted : .excused }
         if counted, countSetupFailure(i) {
             move(i, to: .needsRepair(reason: Self.suspectedBondLoss), now, &actions, reason: Self.suspectedBondLoss)
@@ -298,7 +298,7 @@ public struct PairingMachine: Sendable {
                 startConnect(i, attempt: 1, now, &actions)
             case .linkLoss(let reason):
                 slots[i].lastDisconnect = .init(reason: reason, at: now)
-                if d.setupVerdict == nil, unprovenQuickDrop(d, now), countSetupFailure(i) {
+                if d.setupVerdict == nil, unprovenWithinProofWindow(d, now), countSetupFailure(i) {
                     move(i, to: .needsRepair(reason: Self.suspectedBondLoss), now, &actions, reason: Self.suspectedBondLoss)
                     actions.append(.updateAutoConnect(autoConnectUUIDs))
                 } else {
@@ -704,9 +704,10 @@ public struct PairingMachine: Sendable {
         slots[i].setupFailures = 0
     }
 
-    /// A link that dropped soon after coming up without the wearable ever answering over it (see
-    /// `MachineConfig.proofWindow`); a link adopted unresolved says nothing (`adoptedUnresolved`).
-    private func unprovenQuickDrop(_ d: ManagedDevice, _ now: Moment) -> Bool {
+    /// The current set-up failed (the link dropped, or lost its services) within
+    /// `MachineConfig.proofWindow` of its start without the wearable ever answering over it; a
+    /// link adopted unresolved says nothing (`adoptedUnresolved`).
+    private func unprovenWithinProofWindow(_ d: ManagedDevice, _ now: Moment) -> Bool {
         guard !d.linkProven, !d.adoptedUnresolved else { return false }
         guard let up = d.linkUpAt else { return true } // unreachable in practice: every way up sets it
         return now.since(up) < config.proofWindow
