@@ -6,8 +6,10 @@
 # duration and a final "N passed, N failed, N skipped"; exits 1 if any failed. A scenario that
 # exits 0 after calling bedlib's skip() (it writes $BED_OUT/SKIPPED) counts as skipped.
 # PAIRD_BIN / PAIRCTL_BIN default to the release build (.build/release/{paird,pairctl}).
-# A failed scenario gets one retry on a fresh VM (E2E_RETRIES=0 turns that off); the summary
-# marks every scenario that needed it.
+# A failed scenario gets one retry on a fresh VM (E2E_RETRIES=0 turns that off), and one more
+# only if bluetoothd 5.66 segfaulted in the retry as well (dmesg; a BlueZ crash seen on the 6.12
+# bed, not paird's); the summary marks every scenario that needed a retry, and every run in which
+# bluetoothd segfaulted.
 set -uo pipefail
 TB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 E2E=$(cd "$TB/../e2e" && pwd)
@@ -32,6 +34,9 @@ else
 fi
 ((${#scenarios[@]})) || { echo "e2e: no scenarios in $E2E"; echo "0 passed, 0 failed, 0 skipped"; exit 1; }
 
+# The first "bluetoothd[PID]: segfault …" line of a run's dmesg, if bluetoothd crashed in it.
+btd_segfault() { grep -hoE 'bluetoothd\[[0-9]+\]: segfault.{0,60}' "$1/dmesg.log" 2>/dev/null | head -n1; }
+
 pass=0; fail=0; skip=0; summary=(); t_all=$SECONDS
 for s in "${scenarios[@]}"; do
   name=$(basename "${s%.*}")
@@ -40,23 +45,33 @@ for s in "${scenarios[@]}"; do
   "$TB/run-vm" "$s"
   rc=$?
   out=$(realpath -m "$TB/../../testbed-out/$name")
-  note=""
-  if ((rc != 0)) && ((${E2E_RETRIES:-1} > 0)); then
-    # One fresh VM more for a failed scenario: the TCG guest's timing swings widely with host
-    # load. The first run's logs are kept, and the summary says a retry was needed.
-    rm -rf "$out-try1"; mv "$out" "$out-try1" 2>/dev/null
-    printf '
-[1m=== %s: failed (exit %d); one retry on a fresh VM, first logs in %s[0m
-' "$name" "$rc" "$out-try1"
+  note=""; tries=1; retries=${E2E_RETRIES:-1}; crash_retry=$((retries > 0))
+  while ((rc != 0)); do
+    seg=$(btd_segfault "$out")
+    if ((retries > 0)); then
+      # One fresh VM more for a failed scenario: the TCG guest's timing swings widely with host
+      # load. The first run's logs are kept, and the summary says a retry was needed.
+      retries=$((retries - 1))
+    elif [[ -n $seg ]] && ((crash_retry)); then
+      # bluetoothd 5.66 itself segfaulted in this run too (dmesg): one more VM, said so below.
+      crash_retry=0
+    else
+      break
+    fi
+    rm -rf "$out-try$tries"; mv "$out" "$out-try$tries" 2>/dev/null
+    note+=" — NEEDED A RETRY: run $tries exit $rc${seg:+ (bluetoothd segfaulted: $seg)}, logs $out-try$tries"
+    printf '\n\033[1m=== %s: failed (exit %d)%s; retry on a fresh VM, logs of that run in %s\033[0m\n' \
+      "$name" "$rc" "${seg:+, bluetoothd segfaulted}" "$out-try$tries"
+    tries=$((tries + 1))
     "$TB/run-vm" "$s"
-    rc2=$?
-    note=" — NEEDED A RETRY: first run exit $rc, logs $out-try1"
-    rc=$rc2
-  fi
+    rc=$?
+  done
+  seg=$(btd_segfault "$out")
+  [[ -n $seg ]] && note+=" — bluetoothd segfaulted in the last run: $seg"
   dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
   if ((rc == 0)) && [[ -f $out/SKIPPED ]]; then skip=$((skip + 1)); summary+=("SKIP  $name  (${dt} s)$note: $(head -c 300 "$out/SKIPPED")")
   elif ((rc == 0)); then pass=$((pass + 1)); summary+=("PASS  $name  (${dt} s)$note")
-  else fail=$((fail + 1)); summary+=("FAIL  $name  (${dt} s, exit $rc; logs: $(realpath -m "$TB/../../testbed-out/$name"))"); fi
+  else fail=$((fail + 1)); summary+=("FAIL  $name  (${dt} s, exit $rc; logs: $(realpath -m "$TB/../../testbed-out/$name"))$note"); fi
 done
 printf '\n\033[1m=== e2e summary (%d s)\033[0m\n' $((SECONDS - t_all))
 printf '%s\n' "${summary[@]}"
