@@ -56,7 +56,12 @@ def reconnect(d):
                 cells.append(f"{m} / {p} ({len(xs)})")
             ca = [r.get("connect_attempts", 0) for r in ok]
             print(f"| {a} | {len(g)} | {' | '.join(cells)} | "
-                  f"{statistics.median(ca) if ca else '—'} (max {max(ca) if ca else '—'}) | {len(g) - len(ok)} |")
+                  f"{statistics.median(ca) if ca else '—'} (max {max(ca) if ca else '—'}) | {len(g) - len(ok)}"
+                  + (f" ({crashed} with a bluetoothd crash)" if (crashed := sum(1 for r in g if r.get("bluetoothd_crash"))) else "")
+                  + " |")
+        crashes = [r for r in rows(d, "reconnect*.jsonl") if r.get("bench") == "bluetoothd-crash"]
+        for c in crashes if away == min(r["away"] for r in rs) else []:
+            print(f"\nbluetoothd crashed in this run ({c['where']}): {c['dmesg']}; started again, the approach restarted")
         p = [r for r in rs if r["approach"] == "paird" and r["away"] == away and r.get("t_cl")]
         if p:
             print(f"\npaird's own share (away {away} s), ms, median / p95 (n):\n")
