@@ -33,7 +33,7 @@ public enum PairctlExit: Int32, CaseIterable, Sendable {
         case .noDeviceFound: "no matching wearable found before the timeout"
         case .authenticationFailed: "authentication failed while pairing"
         case .unknownDevice: "the device is not paired with paird"
-        case .timeout: "pairing or connecting timed out"
+        case .timeout: "pairing or connecting timed out, or paird did not answer in time"
         case .adapterUnavailable: "no usable Bluetooth adapter"
         case .needsRepair: "the wearable needs to be paired again"
         case .usage: "bad arguments"
@@ -53,8 +53,12 @@ public struct PairctlError: Error, CustomStringConvertible {
         switch e.name {
         case "org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner",
              "org.freedesktop.DBus.Error.NoServer", "org.freedesktop.DBus.Error.FileNotFound",
-             "org.freedesktop.DBus.Error.Disconnected", "org.freedesktop.DBus.Error.NoReply":
+             "org.freedesktop.DBus.Error.Disconnected":
             self.init(.daemonNotRunning, "paird is not running (\(e.name.split(separator: ".").last ?? ""))")
+        case "org.freedesktop.DBus.Error.NoReply", "org.freedesktop.DBus.Error.Timeout", "org.freedesktop.DBus.Error.TimedOut":
+            // paird owns its name but did not answer in time: stalled, not gone (systemd's
+            // watchdog restarts a stalled paird).
+            self.init(.timeout, "paird did not answer in time (\(e.name.split(separator: ".").last ?? ""))")
         case "org.freedesktop.DBus.Error.AccessDenied":
             self.init(.accessDenied, "access denied: only root and members of the bluetooth group may do that")
         case PairdAPI.Error.invalidArguments: self.init(.usage, e.message)

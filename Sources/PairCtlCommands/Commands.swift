@@ -36,7 +36,15 @@ public struct Pairctl: ParsableCommand {
             return e.exit.rawValue
         } catch {
             let code = exitCode(for: error)
-            if code == .success { print(fullMessage(for: error)) } else {
+            if code == .success {
+                print(fullMessage(for: error))   // --help, --version
+            } else if code.rawValue == PairctlExit.usage.rawValue {
+                // One line, like every other pairctl error; the usage is one --help away.
+                let why = message(for: error).split(whereSeparator: \.isNewline).first.map(String.init) ?? "bad arguments"
+                let sub = arguments.first { !$0.hasPrefix("-") }.flatMap { a in
+                    configuration.subcommands.first { $0._commandName == a }.map { _ in a + " " } } ?? ""
+                writeAll(2, "pairctl: \(why.hasPrefix("Error: ") ? String(why.dropFirst(7)) : why) (see 'pairctl \(sub)--help')\n")
+            } else {
                 writeAll(2, fullMessage(for: error) + "\n")
             }
             return code.rawValue

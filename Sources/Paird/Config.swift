@@ -31,6 +31,7 @@ public struct DaemonConfig: Sendable, Equatable {
         var c = DaemonConfig()
         var warnings: [String] = []
         var section = ""
+        var backoffMaxLine = 0, backoffInitialLine = 0
         for (n, raw) in text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).enumerated() { // "\r\n" is one Character
             let lineNo = n + 1
             let line = raw.trimmed
@@ -64,8 +65,8 @@ public struct DaemonConfig: Sendable, Equatable {
             case ("Pairing", "PairTimeout"): c.machine.pairTimeout = try seconds(5...300)
             case ("Connection", "ConnectTimeout"): c.machine.connectTimeout = try seconds(5...300)
             case ("Connection", "DiscoveryTimeout"): c.machine.discoveryTimeout = try seconds(5...300)
-            case ("Connection", "BackoffInitial"): c.machine.backoff.initial = try seconds(0.1...60)
-            case ("Connection", "BackoffMax"): c.machine.backoff.maximum = try seconds(1...3600)
+            case ("Connection", "BackoffInitial"): c.machine.backoff.initial = try seconds(0.1...60); backoffInitialLine = lineNo
+            case ("Connection", "BackoffMax"): c.machine.backoff.maximum = try seconds(1...3600); backoffMaxLine = lineNo
             case ("Connection", "FallbackInterval"): c.machine.fallbackInterval = try seconds(5...86400)
             case ("Connection", "AbsentAfter"): c.machine.absentAfter = try seconds(1...300)
             case ("Connection", "ProofWindow"): c.machine.proofWindow = try seconds(1...3600)
@@ -94,7 +95,8 @@ public struct DaemonConfig: Sendable, Equatable {
             }
         }
         if c.machine.backoff.maximum < c.machine.backoff.initial {
-            throw Error(file: file, line: 0, reason: "BackoffMax (\(c.machine.backoff.maximum)) is below BackoffInitial (\(c.machine.backoff.initial))")
+            // the later of the two keys set is the one that made the pair inconsistent
+            throw Error(file: file, line: max(backoffMaxLine, backoffInitialLine), reason: "BackoffMax (\(c.machine.backoff.maximum)) is below BackoffInitial (\(c.machine.backoff.initial))")
         }
         c.machine.adapter = c.adapter.isEmpty ? "hci0" : c.adapter
         return (c, warnings)
@@ -108,13 +110,17 @@ public struct DaemonConfig: Sendable, Equatable {
         "Notifications": ["Subscribe", "Battery"],
     ]
 
-    /// Reads `path`; a missing file means all defaults (a missing *explicit* --config is an error, decided by the caller).
-    public static func load(path: String) throws -> (DaemonConfig, [String]) {
+    /// Reads `path`. A missing file means all defaults, unless `mustExist` (paird's `--config`
+    /// given explicitly: a mistyped path must not silently run on defaults).
+    public static func load(path: String, mustExist: Bool = false) throws(Error) -> (DaemonConfig, [String]) {
         let bytes: [UInt8]?
         do { bytes = try readFile(path, limit: 1 << 20) } catch {
             throw Error(file: path, line: 0, reason: "cannot read: \(error)")
         }
-        guard let bytes else { return (DaemonConfig(), []) }
+        guard let bytes else {
+            if mustExist { throw Error(file: path, line: 0, reason: "cannot read: no such file") }
+            return (DaemonConfig(), [])
+        }
         guard let text = String(validating: bytes, as: UTF8.self) else {
             throw Error(file: path, line: 0, reason: "not UTF-8 text")
         }

@@ -19,10 +19,13 @@ import Glibc
 public final class Daemon {
     public struct Options: Sendable {
         public var configPath: String
+        /// The path was given explicitly (`--config`): a missing file is an error, not the defaults.
+        public var configRequired: Bool
         public var stateFilePath: String
         public var adapter: String?
-        public init(configPath: String, stateFilePath: String, adapter: String?) {
+        public init(configPath: String, configRequired: Bool = false, stateFilePath: String, adapter: String?) {
             self.configPath = configPath
+            self.configRequired = configRequired
             self.stateFilePath = stateFilePath
             self.adapter = adapter
         }
@@ -50,7 +53,7 @@ public final class Daemon {
 
     public init(options: Options, log: Log) throws {
         self.log = log
-        var (config, warnings) = try DaemonConfig.load(path: options.configPath)
+        var (config, warnings) = try DaemonConfig.load(path: options.configPath, mustExist: options.configRequired)
         if let a = options.adapter { config.adapter = a; config.machine.adapter = a }
         self.config = config
         for w in warnings { log.warning(w) }

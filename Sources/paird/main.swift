@@ -23,8 +23,10 @@ struct PairdCommand: ParsableCommand {
         """,
         version: PairdAPI.version)
 
-    @Option(name: .long, help: ArgumentHelp("Configuration file.", valueName: "path"))
-    var config: String = "/etc/paird/paird.conf"
+    static let defaultConfig = "/etc/paird/paird.conf"
+
+    @Option(name: .long, help: ArgumentHelp("Configuration file (default: \(Self.defaultConfig); when given, it must exist).", valueName: "path"))
+    var config: String?
 
     @Option(name: .customLong("state-file"),
             help: ArgumentHelp("State file (default: $STATE_DIRECTORY/state.json, else /var/lib/paird/state.json).", valueName: "path"))
@@ -47,12 +49,13 @@ struct PairdCommand: ParsableCommand {
 
     func run() throws {
         let log = Log()
+        let configPath = config ?? Self.defaultConfig
         if verbose { log.minimumPriority = .debug }
         if checkConfig {
             do {
-                let (_, warnings) = try DaemonConfig.load(path: config)
+                let (_, warnings) = try DaemonConfig.load(path: configPath, mustExist: config != nil)
                 for w in warnings { print("warning: \(w)") }
-                print("\(config): OK")
+                print("\(configPath): OK")
                 return
             } catch {
                 log.error("\(error)")
@@ -62,7 +65,7 @@ struct PairdCommand: ParsableCommand {
         let statePath = stateFile ?? ProcessInfo.processInfo.environment["STATE_DIRECTORY"]
             .flatMap { $0.split(separator: ":").first.map { "\($0)/state.json" } } ?? "/var/lib/paird/state.json"
         do {
-            let daemon = try Daemon(options: .init(configPath: config, stateFilePath: statePath, adapter: adapter), log: log)
+            let daemon = try Daemon(options: .init(configPath: configPath, configRequired: config != nil, stateFilePath: statePath, adapter: adapter), log: log)
             try daemon.run()
         } catch let e as DaemonConfig.Error {
             log.error("\(e)")

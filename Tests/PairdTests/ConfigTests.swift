@@ -16,6 +16,51 @@ struct ConfigTests {
         #expect(warnings.isEmpty)
     }
 
+    @Test("the shipped file lists every key at its default: uncommented, it parses to the defaults")
+    func shippedFileListsEveryKey() throws {
+        let url = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../etc/paird/paird.conf")
+        let text = try String(contentsOf: url, encoding: .utf8)
+        var seen: [String: Set<String>] = [:]
+        var section = ""
+        let uncommented = text.split(separator: "\n", omittingEmptySubsequences: false).map { line -> String in
+            if line.hasPrefix("[") { section = String(line.dropFirst().dropLast()) }
+            // "#Key = value" (no space after #) is a commented-out setting; "# prose" is not
+            guard line.hasPrefix("#"), let c = line.dropFirst().first, c.isLetter, line.contains("=") else { return String(line) }
+            seen[section, default: []].insert(String(line.dropFirst().split(separator: "=")[0]).trimmingCharacters(in: .whitespaces))
+            return String(line.dropFirst())
+        }.joined(separator: "\n")
+        #expect(seen == DaemonConfig.keys, "keys listed in paird.conf vs keys paird reads")
+        let (config, warnings) = try DaemonConfig.parse(uncommented, file: "paird.conf")
+        var expected = DaemonConfig()
+        expected.machine.adapter = "hci0"
+        #expect(config == expected, "a commented default differs from the compiled-in one")
+        #expect(warnings.isEmpty, "\(warnings)")
+    }
+
+    @Test("BackoffMax below BackoffInitial: refused at the line of the later of the two keys")
+    func backoffOrder() {
+        for (text, line) in [("[Connection]\nBackoffMax = 2\nBackoffInitial = 5\n", 3),
+                             ("[Connection]\nBackoffInitial = 5\n\nBackoffMax = 2\n", 4)] {
+            #expect(throws: DaemonConfig.Error.self) { try DaemonConfig.parse(text, file: "b.conf") }
+            do { _ = try DaemonConfig.parse(text, file: "b.conf") } catch {
+                #expect(error.line == line, "\(error)")
+                #expect(error.reason.contains("BackoffMax"))
+            }
+        }
+    }
+
+    @Test("a missing file means the defaults, unless it was named explicitly (--config)")
+    func missingFile() throws {
+        let path = "/nonexistent-\(getpid())/paird.conf"
+        let (c, w) = try DaemonConfig.load(path: path)
+        var expected = DaemonConfig()
+        expected.machine.adapter = "hci0"
+        #expect(c == expected && w.isEmpty)
+        #expect(throws: DaemonConfig.Error(file: path, line: 0, reason: "cannot read: no such file")) {
+            try DaemonConfig.load(path: path, mustExist: true)
+        }
+    }
+
     @Test("every key is read")
     func everyKey() throws {
         let (c, warnings) = try DaemonConfig.parse("""

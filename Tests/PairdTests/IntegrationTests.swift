@@ -196,5 +196,11 @@ struct IntegrationTests {
         #expect(r.status == 78)
         #expect(r.err.contains("paird.conf:2: ConnectTimeout must be a number of seconds"))
         #expect(host.run(MockedHost.pairdBin, ["--adapter", "wlan0"]).status == 64)
+        // a mistyped explicit --config is refused, not run on the defaults
+        let missing = host.dir.appendingPathComponent("no-such.conf").path
+        let m = host.run(MockedHost.pairdBin, ["--config", missing, "--state-file", host.statePath])
+        #expect(m.status == 78)
+        #expect(m.err.contains("no-such.conf:0: cannot read: no such file"), "\(m.err)")
+        #expect(host.run(MockedHost.pairdBin, ["--check-config", "--config", missing]).status == 78)
     }
 }

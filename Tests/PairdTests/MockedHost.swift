@@ -142,7 +142,10 @@ final class MockedHost {
     func startPaird(_ extra: [String] = [], env extraEnv: [String: String] = [:], waitReady: Bool = true) throws {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: Self.pairdBin)
-        p.arguments = ["--state-file", statePath, "--config", dir.appendingPathComponent("paird.conf").path] + extra
+        let conf = dir.appendingPathComponent("paird.conf").path
+        // an explicit --config must exist; an empty one is all defaults
+        if !FileManager.default.fileExists(atPath: conf) { _ = FileManager.default.createFile(atPath: conf, contents: Data()) }
+        p.arguments = ["--state-file", statePath, "--config", conf] + extra
         p.environment = env.merging(extraEnv) { $1 }
         _ = FileManager.default.createFile(atPath: pairdLog, contents: nil)
         let log = FileHandle(forWritingAtPath: pairdLog)!
