@@ -114,6 +114,30 @@ struct IntegrationTests {
         #expect(try host.status().pairing == nil)
     }
 
+    @Test("authentication failure while pairing: exit 6, one line, nothing kept")
+    func authenticationFailed() throws {
+        let host = try MockedHost()
+        try host.startPaird()
+        try host.addDevice(watch)
+        // BlueZ's answer when SMP fails (src/device.c: btd_error_auth_failed → "Authentication Failed");
+        // the mock raises it instead of bonding.
+        try host.must(host.python("""
+            b.get_object('org.bluez', '\(host.devicePath(watch))').AddMethod('org.bluez.Device1', 'Pair', '', '',
+                'raise dbus.exceptions.DBusException("Authentication Failed", name="org.bluez.Error.AuthenticationFailed")',
+                dbus_interface='org.freedesktop.DBus.Mock')
+            """), "override Pair")
+        let r = host.pairctl("pair", watch, "--timeout", "5")
+        #expect(r.status == 6, "\(r.err)")
+        #expect(r.err.hasPrefix("pairctl: ") && r.err.lowercased().contains("authentication"), "\(r.err)")
+        #expect(r.err.split(separator: "\n").count == 1, "\(r.err)")
+        #expect(host.calls("Pair") == 1, "no retry loop on an authentication failure")
+        let doc = try host.status()
+        #expect(doc.pairing == nil)
+        #expect(doc.devices.isEmpty, "a failed pairing keeps nothing: \(doc.devices)")
+        let saved = try? PersistedState.decode(Data(contentsOf: URL(fileURLWithPath: host.statePath)))
+        #expect(saved?.devices.isEmpty ?? true)
+    }
+
     @Test("a corrupt state file is moved aside and paird runs on")
     func corruptStateFile() throws {
         let host = try MockedHost()

@@ -1,5 +1,10 @@
 import Testing
 import PairingCore
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
 
 /// Thousands of random event sequences, each checked after every step against the invariants
 /// the daemon's promises rest on. Seeded, so a failure names the seed that reproduces it.
@@ -91,13 +96,32 @@ struct PropertyTests {
                     h.advance(.milliseconds(Int64(gen.int(5_000))))
                 }
                 let before = h.machine.devices
+                let persistedBefore = h.machine.persistedState()
                 let actions = h.send(event)
                 let context = "seed \(seed) step \(step) event \(event)"
                 if !check(h, before: before, event: event, actions: actions, promises: &promises, context: context) { return }
+                if !checkPersistence(persistedBefore, h.machine.persistedState(), actions, context) { return }
                 totalSteps += 1
             }
         }
         #expect(totalSteps == 600_000)
+    }
+
+    /// The state file is written when intent or identity changed, and only then: a `.persist`
+    /// comes with a change of the document beyond its `updatedAt` stamps, and no change of the
+    /// document goes without one (link losses, reconnects, adapter loss write nothing).
+    func checkPersistence(_ old: PersistedState, _ new: PersistedState, _ actions: [Action], _ context: String) -> Bool {
+        func unstamped(_ s: PersistedState) -> PersistedState {
+            var t = s; for i in t.devices.indices { t.devices[i].updatedAt = Date(timeIntervalSince1970: 0) }; return t
+        }
+        let persisted = actions.contains(.persist)
+        if persisted && unstamped(old) == unstamped(new) {
+            Issue.record("a state-file write without a change of intent or identity — \(context)"); return false
+        }
+        if !persisted && old != new {
+            Issue.record("the persisted document changed without a write: \(old.devices) → \(new.devices) — \(context)"); return false
+        }
+        return true
     }
 
     /// Returns false after recording an issue, so one broken seed does not flood the report.
