@@ -225,6 +225,7 @@ public final class Daemon {
         while !queued.isEmpty {
             process(queued.removeFirst())
         }
+        api?.publishStatus()
     }
 
     private func process(_ event: Event) {

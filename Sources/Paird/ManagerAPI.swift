@@ -41,11 +41,41 @@ final class ManagerAPI {
             call.reply([.string(daemon.status().json(pretty: false))])
         }
         i.property("Version", signature: "s", emitsChange: false, get: { .string(PairdAPI.version) })
+        for name in Self.statusProperties {
+            i.property(name, signature: Self.statusSignatures[name]!, get: { [unowned self] in statusValues()[name]! })
+        }
         i.signal("StateChanged", signature: "sss")
         i.signal("PairingProgress", signature: "sss")
         i.signal("Notification", signature: "ssay")
         i.signal("Battery", signature: "sy")
         object.add(i)
+    }
+
+    /// The status as properties, for D-Bus clients that watch rather than poll (`GetStatus` has
+    /// the whole document): `PropertiesChanged` is emitted whenever one of them changes.
+    static let statusProperties = ["AdapterPresent", "AdapterPowered", "Pairing", "Devices"]
+    static let statusSignatures = ["AdapterPresent": "b", "AdapterPowered": "b", "Pairing": "s", "Devices": "a{ss}"]
+    /// What `PropertiesChanged` last said (or the first `Get` would have).
+    private var published: [String: DBusValue] = [:]
+
+    func statusValues() -> [String: DBusValue] {
+        let adapter = daemon.bluez?.adapter
+        let devices = daemon.machine.devices.values.sorted { $0.address < $1.address }.map {
+            DBusDictEntry(key: .string($0.address.description), value: .string($0.state.name))
+        }
+        return ["AdapterPresent": .bool(adapter != nil),
+                "AdapterPowered": .bool(adapter?.powered ?? false),
+                "Pairing": .string(daemon.machine.pairing?.phase.name ?? ""),
+                "Devices": .dict(keySignature: "s", valueSignature: "s", devices)]
+    }
+
+    /// After each batch of machine events: `PropertiesChanged` with the status properties that changed.
+    func publishStatus() {
+        let now = statusValues()
+        let changed = now.filter { published[$0.key] != $0.value }
+        published = now
+        guard !changed.isEmpty else { return }
+        try? daemon.bus.emitPropertiesChanged(path: PairdAPI.objectPath, interface: PairdAPI.interface, changed: changed)
     }
 
     func knownDevice(_ args: [DBusValue]) throws -> DeviceAddress {

@@ -73,6 +73,39 @@ struct IntegrationTests {
         #expect(host.pairctl("connect", watch).status == 7, "unknown device after unpair")
     }
 
+    @Test("status properties: Get gives the devices' states; a change comes as PropertiesChanged")
+    func statusProperties() throws {
+        let host = try MockedHost()
+        try host.startPaird()
+        #expect(try pairWatch(host).status == 0)
+        let get = host.python("""
+            m = b.get_object('org.paird1', '/org/paird1')
+            p = m.GetAll('org.paird1.Manager1', dbus_interface='org.freedesktop.DBus.Properties')
+            print({str(k): str(v) for k, v in p['Devices'].items()}, bool(p['AdapterPresent']), bool(p['AdapterPowered']), repr(str(p['Pairing'])))
+            """)
+        #expect(get.out.trimmingCharacters(in: .whitespacesAndNewlines) == "{'\(watch)': 'connected'} True True ''", "\(get.err)")
+        // A client that watches: subscribe, ask for the disconnect, wait (deadline 10 s) for the signal.
+        let watched = host.python("""
+            import sys
+            from gi.repository import GLib
+            from dbus.mainloop.glib import DBusGMainLoop
+            w = dbus.SystemBus(private=True, mainloop=DBusGMainLoop())
+            seen = []
+            def changed(iface, props, invalidated):
+                if 'Devices' in props:
+                    seen.append(dict(props['Devices']))
+                    if seen[-1].get('\(watch)') == 'disconnected': loop.quit()
+            w.add_signal_receiver(changed, 'PropertiesChanged', 'org.freedesktop.DBus.Properties', path='/org/paird1')
+            loop = GLib.MainLoop()
+            w.get_object('org.paird1', '/org/paird1').Disconnect('\(watch)', dbus_interface='org.paird1.Manager1')
+            GLib.timeout_add(10000, loop.quit)
+            loop.run()
+            print(seen)
+            sys.exit(0 if seen and seen[-1].get('\(watch)') == 'disconnected' else 1)
+            """)
+        #expect(watched.status == 0, "\(watched.out) \(watched.err)")
+    }
+
     @Test("restart with the link up: adopted — no Connect, no Disconnect")
     func adoptionAfterRestart() throws {
         let host = try MockedHost()
