@@ -59,18 +59,21 @@ install: release
 	install -D -m 0755 $(RELEASE_BIN)/paird   $(DESTDIR)$(PREFIX)/sbin/paird
 	install -D -m 0755 $(RELEASE_BIN)/pairctl $(DESTDIR)$(PREFIX)/bin/pairctl
 	install -D -m 0644 systemd/paird.service  $(DESTDIR)$(UNITDIR)/paird.service
-	sed -i 's|^ExecStart=.*|ExecStart=$(PREFIX)/sbin/paird|' $(DESTDIR)$(UNITDIR)/paird.service
+	sed -i -e 's|^ExecStart=.*|ExecStart=$(PREFIX)/sbin/paird|' \
+	  -e 's|^Documentation=.*|Documentation=file:$(PREFIX)/share/doc/paird/README.md|' $(DESTDIR)$(UNITDIR)/paird.service
+	install -D -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/paird/README.md
 	test -e $(DESTDIR)$(SYSCONFDIR)/paird/paird.conf || \
 	  install -D -m 0644 etc/paird/paird.conf $(DESTDIR)$(SYSCONFDIR)/paird/paird.conf
 	install -D -m 0644 etc/dbus-1/system.d/org.paird1.conf \
 	  $(DESTDIR)/usr/share/dbus-1/system.d/org.paird1.conf
-	getent passwd paird >/dev/null || useradd --system --no-create-home --home-dir /var/lib/paird --shell /usr/sbin/nologin --user-group paird
+	[ -n "$(DESTDIR)" ] || getent passwd paird >/dev/null || useradd --system --no-create-home --home-dir /var/lib/paird --shell /usr/sbin/nologin --user-group paird
 	-[ -z "$(DESTDIR)" ] && systemctl reload dbus 2>/dev/null; true
 	-[ -z "$(DESTDIR)" ] && systemctl daemon-reload 2>/dev/null; true
 	@echo "installed; now: systemctl enable --now paird && pairctl pair"
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/sbin/paird $(DESTDIR)$(PREFIX)/bin/pairctl $(DESTDIR)$(UNITDIR)/paird.service \
+	  $(DESTDIR)$(PREFIX)/share/doc/paird/README.md \
 	  $(DESTDIR)/usr/share/dbus-1/system.d/org.paird1.conf
 
 clean:
