@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 import time
 
 from bedlib import *
@@ -92,25 +93,25 @@ def main():
         print(f"  {line.rstrip()}", flush=True)
 
     def live(until_state, deadline, what):
-        """`pairctl status`, one line per second, until the device reaches `until_state`."""
-        t0 = time.monotonic()
-        last = None
-        while True:
-            s = status()
-            d = (s.get("devices") or [{}])[0]
-            line = f"  +{time.monotonic() - t0:4.1f}s  {d.get('name')} {d.get('address')}: {d.get('state')}"
-            if d.get("lastDisconnect"):
-                line += f"  (last disconnect: {d['lastDisconnect']['reason']})"
-            if d.get("battery") is not None:
-                line += f"  battery {d['battery']}%"
-            if line.split(":", 1)[1] != last:
-                print(line, flush=True)
-                last = line.split(":", 1)[1]
-            if d.get("state") == until_state:
-                return
-            if time.monotonic() - t0 > deadline:
-                raise BedError(f"timed out after {deadline} s waiting for {what}")
-            time.sleep(0.25)
+        """Wait (deadline) until the device is in `until_state`; the live view is pairctl's own."""
+        wait_for(lambda: device_state() == until_state, deadline, what, interval=0.25)
+
+    banner("pairctl status --watch   (live from here on: a line set per change, as pairctl prints it)")
+    watcher = subprocess.Popen([PAIRCTL_BIN, "status", "--watch"], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    at_exit(lambda: watcher.poll() is None and watcher.kill())
+    t_live = time.monotonic()
+
+    def pump():
+        last_adapter = None
+        for line in watcher.stdout:
+            line = line.rstrip()
+            if line.startswith("adapter:"):   # repeated with every change: shown when it changes
+                if line == last_adapter:
+                    continue
+                last_adapter = line
+            print(f"  +{time.monotonic() - t_live:5.1f}s | {line}", flush=True)
+    threading.Thread(target=pump, daemon=True).start()
 
     banner("the wearable walks out of range (link lost, no orderly disconnect)")
     w.cmd("walk-away")
@@ -126,6 +127,9 @@ def main():
         live("connected", 90, "connected")
     wait_for(lambda: status()["devices"][0].get("battery") == 64, 20, "battery 64% via notification")
     pairctl("status")
+
+    bed_sleep(1, "the last status lines printed")
+    watcher.kill()
 
     banner("what `systemctl status paird` shows (the STATUS= line)")
     print("  " + sh("systemctl", "show", "-p", "StatusText", "--value", "paird").stdout.strip(), flush=True)
