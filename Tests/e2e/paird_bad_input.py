@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 # testbed: mode=plain timeout=360
 """Issue scenario 9: bad input gets clear errors and the right exit codes, and nothing is lost:
-malformed addresses and options (64), an unknown device (7), a user outside root/bluetooth
+malformed addresses and options (64), an unknown device (7), a user in the bluetooth group
+(allowed), a user outside root/bluetooth
 calling Pair (refused by the D-Bus policy: 4) who may still read the status (0), paird not
 running (3, valid JSON), a corrupt state file (quarantined as state.json.corrupt-*, paird runs,
 its log says so), a missing adapter (status: not present; pair → 9)."""
@@ -15,8 +16,8 @@ from bedlib import *
 UNKNOWN = "00:11:22:33:44:55"
 
 
-def expect(p, rc_wanted, *args, user=None, text=None):
-    rc, out, err = p.pairctl(*args, user=user, timeout=60)
+def expect(p, rc_wanted, *args, user=None, groups=None, text=None):
+    rc, out, err = p.pairctl(*args, user=user, groups=groups, timeout=60)
     msg = (err.strip() or out.strip()).splitlines()
     first = msg[0] if msg else ""
     check(rc == rc_wanted, f"pairctl {' '.join(args)}{' as ' + user if user else ''} → {rc_wanted} "
@@ -63,6 +64,12 @@ def main():
         check(json.loads(out)["devices"][0]["state"] == "connected", "nobody reads state connected")
         expect(p, 0, "list", user="nobody")
         check(p.state() == "connected", "nothing changed: still connected")
+
+    with step("user nobody in the bluetooth group (the policy's one group): disconnect, connect → 0"):
+        expect(p, 0, "disconnect", WEARABLE_ADDR, user="nobody", groups="bluetooth")
+        p.wait_state("disconnected", 20)
+        expect(p, 0, "connect", WEARABLE_ADDR, user="nobody", groups="bluetooth")
+        p.wait_state("connected", 60)
 
     with step("corrupt state file → quarantined as state.json.corrupt-*, paird runs and says so"):
         p.stop()

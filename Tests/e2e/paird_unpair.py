@@ -43,8 +43,12 @@ def main():
         check(p.status()["devices"] == [], "status lists no devices")
         check([e for e in w.events(seq) if e["event"] == "connected"] == [], "the wearable saw no connection")
     # The wearable still holds its half of the old bond: BlueZ on the wearable's side rejects a
-    # new pairing from the same central (pairctl pair → 6 authentication failed). A user would
-    # reset the wearable too; so do we (no link is up, so no encryption failure).
+    # new pairing from the same central. A user would reset the wearable too; so do we (no link
+    # is up, so no encryption failure).
+    with step("pair while the wearable still holds the old bond → exit 6 (authentication failed), nothing kept"):
+        rc, _, err = p.pairctl("pair", "--service", "180d", "--timeout", "20", timeout=90)
+        check(rc == 6, f"exit 6 ({err.strip()})")
+        check(p.status()["devices"] == [], "status lists no devices")
     with step("after the wearable forgets its half of the bond too, it can be paired again"):
         w.cmd("forget-bond")
         pair_wearable(p)

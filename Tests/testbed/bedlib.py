@@ -664,14 +664,16 @@ class Paird:
             return f.read()
 
     # -- pairctl
-    def pairctl(self, *args, user=None, timeout=120):
-        """Run pairctl; returns (rc, stdout, stderr). user="nobody": as nobody:nogroup, no groups."""
+    def pairctl(self, *args, user=None, groups=None, timeout=120):
+        """Run pairctl; returns (rc, stdout, stderr). user="nobody": as nobody:nogroup, no
+        supplementary groups unless `groups` (comma-separated names, e.g. "bluetooth")."""
         cmd = [PAIRCTL_BIN, *args]
         if user:
-            cmd = ["setpriv", f"--reuid={user}", "--regid=nogroup", "--clear-groups", *cmd]
+            cmd = ["setpriv", f"--reuid={user}", "--regid=nogroup",
+                   f"--groups={groups}" if groups else "--clear-groups", *cmd]
         t = now()
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        log(f"pairctl {' '.join(args)}{' (as ' + user + ')' if user else ''} → exit {r.returncode} "
+        log(f"pairctl {' '.join(args)}{' (as ' + user + (', groups ' + groups if groups else '') + ')' if user else ''} → exit {r.returncode} "
             f"in {now() - t:.2f} s")
         return r.returncode, r.stdout, r.stderr
 
