@@ -29,14 +29,19 @@ def main():
     with step("SIGTERM paird while connected: exits 0, the link stays up"):
         check(p.stop() == 0, "paird exit status 0 after SIGTERM")
         check(w.status()["connected"], "the wearable is still connected")
-    with step("paird started again adopts the link: connected within ~1 s of READY"):
+    with step("paird started again adopts the link: connected straight from restoring, no Connect()"):
+        connects = bluez_connect_attempts()
         t_ready = p.start()
         # paird's own STATUS= lines (sd_notify, received on our NOTIFY_SOCKET) time it exactly
         t_conn, line = p.wait_note(lambda n: n.startswith("STATUS=") and n.endswith(f"({WEARABLE_ADDR}) connected"),
                                    10, "STATUS=… connected")
-        dt = t_conn - t_ready
-        log(f"MEASURED connected {dt:.2f} s after READY ({line})")
-        check(dt <= 1.5, f"connected within ~1 s of READY (got {dt:.2f} s)")
+        # A figure, not a pass mark (tests do not assert on time; Tests/bench measures adoption):
+        log(f"MEASURED connected {t_conn - t_ready:.2f} s after READY ({line})")
+        statuses = [n for _, n in p.notes if n.startswith("STATUS=") and WEARABLE_ADDR in n]
+        upto = statuses[:statuses.index(line) + 1]
+        check(not any(f"({WEARABLE_ADDR}) connecting" in n or f"({WEARABLE_ADDR}) discovering" in n
+                      for n in upto), f"adopted, never connecting/discovering on the way: {upto}")
+        check(bluez_connect_attempts() == connects, "no Device1.Connect() reached bluetoothd")
         d = p.wait_state("connected", 10)
         check(d["lastDisconnect"] is None, "no lastDisconnect recorded")
     watch = p.watch("after-restart")
