@@ -221,11 +221,14 @@ class Wearable:
 
     @classmethod
     def start(cls, name="Pulse-1", adapter="hci1", battery=87, sock="/run/bed/wearable.sock",
-              deadline=20):
+              deadline=20, away=False):
+        """Starts wearable.py and waits until it advertises (away=True: until it is registered
+        with bluetoothd, out of range: not advertising until `come-back`)."""
         logf = open(os.path.join(OUT, "wearable.log"), "a")
         proc = subprocess.Popen(["/usr/bin/python3", "-u", os.path.join(TESTBED, "wearable.py"),
                                  "--name", name, "--adapter", adapter, "--battery", str(battery),
-                                 "--socket", sock], stdout=logf, stderr=subprocess.STDOUT)
+                                 "--socket", sock] + (["--away"] if away else []),
+                                stdout=logf, stderr=subprocess.STDOUT)
         w = cls(sock, proc)
         at_exit(w.stop)
 
@@ -233,8 +236,8 @@ class Wearable:
             if proc.poll() is not None:
                 raise BedFatal(f"wearable.py exited with {proc.returncode} (see wearable.log)")
             st = w.cmd("status", timeout=5)
-            return st if st["advertising"] else None
-        wait_for(up, deadline, f"wearable {name} advertising on {adapter}")
+            return st if (st["registered"] if away else st["advertising"]) else None
+        wait_for(up, deadline, f"wearable {name} {'registered (away)' if away else 'advertising'} on {adapter}")
         return w
 
     def cmd(self, line, timeout=30):

@@ -3,7 +3,7 @@
 
 Run with Debian's /usr/bin/python3 (python3-dbus, python3-gi).
 
-  wearable.py [--name Pulse-1] [--adapter hci1] [--socket /run/bed/wearable.sock] [--battery 87]
+  wearable.py [--name Pulse-1] [--adapter hci1] [--socket /run/bed/wearable.sock] [--battery 87] [--away]
 
 Advertises (LEAdvertisingManager1, connectable, LocalName=<name>) the services
   Heart Rate 0x180D  - Heart Rate Measurement 0x2A37 (notify; a new value every 1 s while
@@ -239,7 +239,7 @@ class Wearable:
         self.adapter_path = f"/org/bluez/{args.adapter}"
         self.events = []
         self.seq = 0
-        self.want_adv = True
+        self.want_adv = not getattr(args, "away", False)   # --away: start out of range
         self.advertising = False
         self.adv_pending = False
         self.registered = False
@@ -557,6 +557,8 @@ def main():
     p.add_argument("--adapter", default="hci1")
     p.add_argument("--socket", default="/run/bed/wearable.sock")
     p.add_argument("--battery", type=int, default=87)
+    p.add_argument("--away", action="store_true",
+                   help="start out of range: registered but not advertising until `come-back`")
     p.add_argument("--readvertise", type=float, default=2.0,
                    help="seconds between advertising re-enables while not connected (0: never)")
     args = p.parse_args()
