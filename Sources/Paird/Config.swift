@@ -69,6 +69,7 @@ public struct DaemonConfig: Sendable, Equatable {
             case ("Connection", "BackoffMax"): c.machine.backoff.maximum = try seconds(1...3600); backoffMaxLine = lineNo
             case ("Connection", "FallbackInterval"): c.machine.fallbackInterval = try seconds(5...86400)
             case ("Connection", "AbsentAfter"): c.machine.absentAfter = try seconds(1...300)
+            case ("Connection", "AutoConnectHeadStart"): c.machine.autoConnectHeadStart = try seconds(0...300)
             case ("Connection", "ProofWindow"): c.machine.proofWindow = try seconds(1...3600)
             case ("Connection", "SetupFailuresBeforeRepair"):
                 guard let v = Int(value), (1...100).contains(v) else { throw fail("SetupFailuresBeforeRepair must be a whole number in 1…100, got \"\(value)\"") }
@@ -106,7 +107,7 @@ public struct DaemonConfig: Sendable, Equatable {
         "General": ["Adapter"],
         "Pairing": ["ScanTimeout", "PairTimeout"],
         "Connection": ["ConnectTimeout", "DiscoveryTimeout", "BackoffInitial", "BackoffMax", "FallbackInterval",
-                       "AbsentAfter", "FastAttempts", "SetupFailuresBeforeRepair", "ProofWindow"],
+                       "AutoConnectHeadStart", "AbsentAfter", "FastAttempts", "SetupFailuresBeforeRepair", "ProofWindow"],
         "Notifications": ["Subscribe", "Battery"],
     ]
 

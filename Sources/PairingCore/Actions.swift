@@ -125,6 +125,11 @@ public struct MachineConfig: Sendable, Hashable {
     /// While waiting for an absent wearable, how long between fallback Connect() calls
     /// (the kernel's auto-connect is the primary mechanism and costs nothing).
     public var fallbackInterval: Duration = .seconds(60)
+    /// At start-up and whenever the adapter comes back, a wanted device that is not connected is
+    /// left to the kernel's auto-connect (armed by the GattProfile1) this long before paird's own
+    /// Connect(); 0 = Connect() at once. A Connect() racing the auto-connect to a wearable that is
+    /// coming up stalls or breaks the link (testbed.md; soak, bluetoothd restarts).
+    public var autoConnectHeadStart: Duration = .seconds(5)
     /// A connect failure that took at least this long means nobody answered: the device is away.
     public var absentAfter: Duration = .seconds(20)
     /// Links in a row that come up but drop within `proofWindow` without the wearable ever

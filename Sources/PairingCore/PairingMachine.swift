@@ -36,6 +36,7 @@ public struct PairingMachine: Sendable {
     private let connectReplyNanos: Int64
     private let discoveryNanos: Int64
     private let fallbackNanos: Int64
+    private let headStartNanos: Int64
 
     private var generation: UInt64 = 0
     private var rng: SplitMix64
@@ -47,6 +48,7 @@ public struct PairingMachine: Sendable {
         self.connectReplyNanos = (config.connectTimeout + config.replySlack).nanoseconds
         self.discoveryNanos = config.discoveryTimeout.nanoseconds
         self.fallbackNanos = config.fallbackInterval.nanoseconds
+        self.headStartNanos = config.autoConnectHeadStart.nanoseconds
         for p in state?.devices ?? [] where slot[p.address] == nil {
             slot[p.address] = slots.count
             slots.append(ManagedDevice(
@@ -168,8 +170,18 @@ public struct PairingMachine: Sendable {
             move(i, to: .discovering(countdown: countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))), now, &actions)
             if view.servicesResolved { actions.append(.setUpLink(a)) }
         } else {
-            startConnect(i, attempt: 1, now, &actions)
+            restoreConnect(i, now, &actions)
         }
+    }
+
+    /// A wanted, bonded device that is not connected after a (re)start or the adapter's return:
+    /// the kernel's auto-connect first (the wearable may be advertising right now), one Connect()
+    /// of our own when `autoConnectHeadStart` runs out, as after any wait; 0 = Connect() at once.
+    private mutating func restoreConnect(_ i: Int, _ now: Moment, _ actions: inout [Action]) {
+        guard headStartNanos > 0 else { return startConnect(i, attempt: 1, now, &actions) }
+        let a = slots[i].address
+        move(i, to: .waitingForDevice(.passive, countdown: countdown(.device(a), .fallbackConnect, now.advanced(byNanoseconds: headStartNanos))),
+             now, &actions)
     }
 
     private mutating func adapterLost(_ now: Moment, _ actions: inout [Action]) {
@@ -347,7 +359,7 @@ public struct PairingMachine: Sendable {
             return
         }
         actions.append(.setTrusted(a, true))
-        startConnect(i, attempt: 1, now, &actions)
+        restoreConnect(i, now, &actions)
         actions.append(.updateAutoConnect(autoConnectUUIDs))
     }
 

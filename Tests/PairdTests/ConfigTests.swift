@@ -75,6 +75,7 @@ struct ConfigTests {
             BackoffInitial = 0.5
             BackoffMax = 30
             FallbackInterval = 120
+            AutoConnectHeadStart = 0
             AbsentAfter = 15
             FastAttempts = 3
             SetupFailuresBeforeRepair = 4
@@ -92,6 +93,7 @@ struct ConfigTests {
         #expect(c.machine.backoff.initial == .milliseconds(500))
         #expect(c.machine.backoff.maximum == .seconds(30))
         #expect(c.machine.fallbackInterval == .seconds(120))
+        #expect(c.machine.autoConnectHeadStart == .zero)
         #expect(c.machine.absentAfter == .seconds(15))
         #expect(c.machine.fastAttempts == 3)
         #expect(c.machine.setupFailuresBeforeRepair == 4)

@@ -68,6 +68,7 @@ struct ReconnectScenarioTests {
     func transientBackoff() {
         var config = MachineConfig()
         config.fastAttempts = 4
+        config.autoConnectHeadStart = .zero   // Connect() at once: this is about its failures
         var h = Harness(config: config, state: PersistedState(devices: [
             PersistedDevice(identity: DeviceIdentity(address: watch), wanted: .connected, pairedAt: 0, updatedAt: 0),
         ]))
@@ -94,9 +95,17 @@ struct ReconnectScenarioTests {
         #expect(h.machine.devices[watch]?.reconnectAttempts == 4)
     }
 
+    /// Connect() at once after a restart (no head start for the auto-connect): for the tests of
+    /// what follows a Connect().
+    static let immediateConnect: MachineConfig = {
+        var c = MachineConfig()
+        c.autoConnectHeadStart = .zero
+        return c
+    }()
+
     @Test("a Connect that fails only after ~40 s means the wearable is away, not a hiccup")
     func slowFailureMeansAbsent() {
-        var h = Harness(state: PersistedState(devices: [
+        var h = Harness(config: Self.immediateConnect, state: PersistedState(devices: [
             PersistedDevice(identity: DeviceIdentity(address: watch), wanted: .connected, pairedAt: 0, updatedAt: 0),
         ]))
         h.send(.adapterReady([watch: BlueZDeviceView()]))
@@ -106,7 +115,7 @@ struct ReconnectScenarioTests {
 
     @Test("a Connect reply that never comes is given up at its countdown")
     func connectReplyCountdown() {
-        var h = Harness(state: PersistedState(devices: [
+        var h = Harness(config: Self.immediateConnect, state: PersistedState(devices: [
             PersistedDevice(identity: DeviceIdentity(address: watch), wanted: .connected, pairedAt: 0, updatedAt: 0),
         ]))
         h.send(.adapterReady([watch: BlueZDeviceView()]))
@@ -576,7 +585,33 @@ struct RestorationTests {
     func reconnectByIdentifier() {
         var h = restored()
         let out = h.send(.adapterReady([watch: BlueZDeviceView()]))
-        #expect(out.connects(watch) == 1)
+        #expect(out.connects(watch) == 0, "the kernel's auto-connect gets its head start")
+        #expect(h.stateName(watch) == "waitingForDevice")
+        #expect(h.fireNext().connects(watch) == 1, "then one Connect() of paird's own")
+    }
+
+    @Test("after a restart the kernel's auto-connect brings the link up within the head start: no Connect() at all")
+    func autoConnectWithinHeadStart() {
+        var h = restored()
+        #expect(h.send(.adapterReady([watch: BlueZDeviceView()])).connects() == 0)
+        h.advance(.seconds(1))
+        var all = h.send(.linkUp(watch))
+        all += h.send(.servicesResolved(watch))
+        all += h.send(.linkSetUp(watch, failure: nil))
+        #expect(h.state(watch) == .connected)
+        #expect(all.connects() == 0)
+        #expect(h.armed.isEmpty, "no fallback countdown left behind")
+    }
+
+    @Test("AutoConnectHeadStart = 0: Connect() at once after a restart, as before")
+    func noHeadStart() {
+        var config = MachineConfig()
+        config.autoConnectHeadStart = .zero
+        var h = Harness(config: config, state: PersistedState(devices: [
+            PersistedDevice(identity: DeviceIdentity(address: watch, serviceUUIDs: [ServiceUUID.heartRate]),
+                            wanted: .connected, pairedAt: 0, updatedAt: 0)]))
+        #expect(h.send(.adapterReady([watch: BlueZDeviceView()])).connects(watch) == 1)
+        #expect(h.stateName(watch) == "connecting")
     }
 
     @Test("BlueZ no longer knows it: needsRepair, no Connect")
@@ -600,8 +635,8 @@ struct RestorationTests {
         var h = restored()
         h.send(.adapterLost)
         #expect(h.state(watch) == .adapterUnavailable)
-        let out = h.send(.adapterReady([watch: BlueZDeviceView()]))
-        #expect(out.connects(watch) == 1)
+        #expect(h.send(.adapterReady([watch: BlueZDeviceView()])).connects(watch) == 0)
+        #expect(h.fireNext().connects(watch) == 1, "Connect() after the auto-connect's head start")
     }
 
     @Test("bluetoothd restart where the stored device shows up after the adapter: needsRepair, then back when it appears bonded")
@@ -611,9 +646,11 @@ struct RestorationTests {
         h.send(.adapterReady([:])) // the new bluetoothd has not loaded the device yet
         #expect(h.state(watch) == .needsRepair(reason: "device-removed"))
         let out = h.send(.bondedDeviceAppeared(watch))
-        #expect(out.connects(watch) == 1)
+        #expect(out.connects(watch) == 0, "the kernel's auto-connect gets its head start")
         #expect(out.contains(.setTrusted(watch, true)))
-        #expect(h.stateName(watch) == "connecting")
+        #expect(h.stateName(watch) == "waitingForDevice")
+        #expect(h.fireNext().connects(watch) == 1)
+        #expect(h.stateName(watch) == "waitingForDevice", "a probe: Connect() from the passive wait")
         // A lost bond (not a removal) is not undone by an appearance.
         h.send(.bondLost(watch))
         #expect(h.send(.bondedDeviceAppeared(watch)).connects() == 0)
@@ -628,8 +665,8 @@ struct RestorationTests {
         h.send(.deviceRemoved(watch))
         #expect(h.state(watch) == .adapterUnavailable)
         #expect(h.armed.isEmpty)
-        let out = h.send(.adapterReady([watch: BlueZDeviceView()]))
-        #expect(out.connects(watch) == 1)
+        #expect(h.send(.adapterReady([watch: BlueZDeviceView()])).connects(watch) == 0)
+        #expect(h.fireNext().connects(watch) == 1, "paird's Connect() after the auto-connect's head start")
         _ = h.connectSucceeded(watch)
         h.send(.servicesResolved(watch))
         h.send(.linkSetUp(watch, failure: nil))
