@@ -76,9 +76,13 @@ for part in "${parts[@]}"; do
         --out "$RES/native.jsonl" 2> >(grep -v 'fd limit' >&2) ;;
     reconnect)
       say "reconnect latency in the test bed (VM)"
+      # the VM's deadline from the plan: per approach and rep, the absence plus ~15 s of walking
+      # away, coming back and settling (a fixed 2400 s cut 20 × 60 s for two approaches short)
+      n_appr=4; [[ -n ${BED_X_ONLY:-} ]] && n_appr=$(tr ',' '\n' <<<"$BED_X_ONLY" | grep -c .)
+      vm_timeout=$(( 600 + n_appr * (${BENCH_REPS5:-20} * 20 + ${BENCH_REPS60:-2} * 75 + ${BENCH_REPS300:-0} * 315) ))
       BED_X_REPS5=${BENCH_REPS5:-20} BED_X_REPS60=${BENCH_REPS60:-2} BED_X_REPS300=${BENCH_REPS300:-0} \
       BED_X_PYLIB=$PYLIB \
-        Tests/testbed/run-vm --out "$REPO/testbed-out/bench-reconnect" Tests/bench/reconnect.py || say "reconnect: exit $?"
+        Tests/testbed/run-vm --timeout "$vm_timeout" --out "$REPO/testbed-out/bench-reconnect" Tests/bench/reconnect.py || say "reconnect: exit $?"
       cp testbed-out/bench-reconnect/results.jsonl "$RES/reconnect.jsonl" 2>/dev/null || true ;;
     costs)
       say "start-up and idle cost in the test bed (VM)"
