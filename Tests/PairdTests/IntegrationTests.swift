@@ -106,6 +106,54 @@ struct IntegrationTests {
         #expect(watched.status == 0, "\(watched.out) \(watched.err)")
     }
 
+    @Test("status --json, read as plain JSON: the documented keys and shapes (pairing, since, lastDisconnect, adapter)")
+    func statusSchema() throws {
+        let host = try MockedHost()
+        try host.startPaird()
+        func doc() throws -> [String: Any] {
+            let r = host.pairctl("status", "--json")
+            guard let o = try JSONSerialization.jsonObject(with: Data(r.out.utf8)) as? [String: Any] else {
+                throw Failure("status --json is not a JSON object: \(r.out)")
+            }
+            return o
+        }
+        func iso8601(_ v: Any?) -> Bool {
+            guard let s = v as? String else { return false }
+            return s.wholeMatch(of: /\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})/) != nil
+        }
+        var o = try doc()
+        #expect(o["pairing"] is NSNull, "no pairing: null")
+        let adapter = try #require(o["adapter"] as? [String: Any])
+        #expect(Set(adapter.keys).isSuperset(of: ["name", "address", "powered", "present"]), "\(adapter)")
+
+        // While a pairing scans: {phase, deadline}.
+        let scan = host.start(MockedHost.pairctlBin, ["pair", "--service", "180d", "--timeout", "3"])
+        try waitFor("a pairing in the status", deadline: 10) { o = try doc(); return o["pairing"] is [String: Any] }
+        let pairing = try #require(o["pairing"] as? [String: Any])
+        #expect(pairing["phase"] as? String == "scanning")
+        #expect(iso8601(pairing["deadline"]), "deadline \(String(describing: pairing["deadline"]))")
+        #expect(scan.finish().status == 5)
+
+        // A paired device after a link loss.
+        #expect(try pairWatch(host).status == 0)
+        try host.setDevice(watch, "'Connected': False, 'ServicesResolved': False")
+        try waitFor("waitingForDevice", deadline: 10) { host.state() == "waitingForDevice" }
+        o = try doc()
+        let d = try #require((o["devices"] as? [[String: Any]])?.first)
+        #expect(Set(d.keys).isSuperset(of: ["address", "name", "state", "wanted", "since", "lastDisconnect",
+                                             "reconnectAttempts", "battery"]), "\(d.keys.sorted())")
+        #expect(d["address"] as? String == watch)
+        #expect(d["state"] as? String == "waitingForDevice")
+        #expect(d["wanted"] as? String == "connected")
+        #expect(iso8601(d["since"]), "since \(String(describing: d["since"]))")
+        #expect(d["reconnectAttempts"] is Int)
+        #expect(d["battery"] is NSNull || d["battery"] is Int)
+        let last = try #require(d["lastDisconnect"] as? [String: Any])
+        #expect(Set(last.keys) == ["reason", "at"], "\(last)")
+        #expect(last["reason"] is String)
+        #expect(iso8601(last["at"]), "at \(String(describing: last["at"]))")
+    }
+
     @Test("restart with the link up: adopted — no Connect, no Disconnect")
     func adoptionAfterRestart() throws {
         let host = try MockedHost()

@@ -47,13 +47,32 @@ def main():
     except BedError:
         log("no kernel BUG this time: recovering")
 
-    with step("recover: RemoveDevice on the central, discover, pair again"):
-        c.iface(c.apath, ADAPTER).RemoveDevice(dev)
-        wait_for(lambda: dev not in c.devices(), 10, "device removed on the central")
-        dev = c.discover(uuid=HR_SVC, name="Pulse-1")
-        c.pair(dev)
-        c.wait_services_resolved(dev)
-        check(c.read(c.char(dev, BAT_LVL)) == bytes([87]), "Battery Level reads 87 after re-pairing")
+    # bluetoothd 5.66 itself often segfaults around here on the 6.12 bed (Tests/testbed/README.md,
+    # Known problems: the wearable half's GATT server completes a read after the failed link
+    # went, `read_complete_cb() Read Complete: err -110`). That is BlueZ's bug, not what this
+    # scenario checks: if bluetoothd died, say so loudly, start it again (the stale bond is on
+    # disk) and run the recovery against the new one. Any other failure stays a failure.
+    for attempt in (1, 2):
+        try:
+            with step("recover: RemoveDevice on the central, discover, pair again"
+                      + (" (after bluetoothd's crash and restart)" if attempt == 2 else "")):
+                if dev in c.devices():
+                    c.iface(c.apath, ADAPTER).RemoveDevice(dev)
+                wait_for(lambda: dev not in c.devices(), 10, "device removed on the central")
+                new = c.discover(uuid=HR_SVC, name="Pulse-1")
+                c.pair(new)
+                c.wait_services_resolved(new)
+                check(c.read(c.char(new, BAT_LVL)) == bytes([87]), "Battery Level reads 87 after re-pairing")
+            break
+        except (BedError, dbus.exceptions.DBusException) as e:
+            if attempt == 2 or bluetoothd("status") == "active":
+                raise
+            segv = [x for x in sh("dmesg", check=False).splitlines() if "bluetoothd[" in x and "segfault" in x]
+            log(f"KNOWN BLUEZ 5.66 CRASH: bluetoothd died ({segv[-1].strip() if segv else 'no segfault line in dmesg'}) "
+                f"and the recovery failed with {type(e).__name__}; starting bluetoothd again, recovering once more")
+            bluetoothd("start")
+            wait_for(lambda: w.status()["registered"], 30, "the wearable registered with the new bluetoothd")
+            c.register_agent()
 
 
 main()
