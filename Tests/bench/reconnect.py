@@ -84,7 +84,7 @@ def main():
         `bluetoothd_crash`, reported apart by report.py; the approach is then restarted."""
         if bluetoothd("status") == "active":
             return False
-        segv = [x for x in sh("dmesg", check=False).splitlines() if "bluetoothd[" in x and "segfault" in x]
+        segv = [x for x in sh("dmesg", check=False).splitlines() if "bluetoothd[" in x and ("segfault" in x or "protection fault" in x)]
         why = segv[-1].strip() if segv else "gone without a segfault line in dmesg"
         crashes.append(dict(where=where, dmesg=why))
         log(f"bluetoothd is gone ({where}): {why}; starting it again")

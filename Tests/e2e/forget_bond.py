@@ -67,8 +67,8 @@ def main():
         except (BedError, dbus.exceptions.DBusException) as e:
             if attempt == 2 or bluetoothd("status") == "active":
                 raise
-            segv = [x for x in sh("dmesg", check=False).splitlines() if "bluetoothd[" in x and "segfault" in x]
-            log(f"KNOWN BLUEZ 5.66 CRASH: bluetoothd died ({segv[-1].strip() if segv else 'no segfault line in dmesg'}) "
+            segv = [x for x in sh("dmesg", check=False).splitlines() if "bluetoothd[" in x and ("segfault" in x or "protection fault" in x)]
+            log(f"KNOWN BLUEZ 5.66 CRASH: bluetoothd died ({segv[-1].strip() if segv else 'no segfault or protection-fault line in dmesg'}) "
                 f"and the recovery failed with {type(e).__name__}; starting bluetoothd again, recovering once more")
             bluetoothd("start")
             wait_for(lambda: w.status()["registered"], 30, "the wearable registered with the new bluetoothd")

@@ -34,8 +34,9 @@ else
 fi
 ((${#scenarios[@]})) || { echo "e2e: no scenarios in $E2E"; echo "0 passed, 0 failed, 0 skipped"; exit 1; }
 
-# The first "bluetoothd[PID]: segfault …" line of a run's dmesg, if bluetoothd crashed in it.
-btd_segfault() { grep -hoE 'bluetoothd\[[0-9]+\]: segfault.{0,60}' "$1/dmesg.log" 2>/dev/null | head -n1; }
+# The first "bluetoothd[PID]: segfault …" (or "traps: bluetoothd[PID] general protection fault …",
+# the same BlueZ bug another way) line of a run's dmesg, if bluetoothd crashed in it.
+btd_segfault() { grep -hoE 'bluetoothd\[[0-9]+\]:? (segfault|general protection fault).{0,60}' "$1/dmesg.log" 2>/dev/null | head -n1; }
 
 pass=0; fail=0; skip=0; summary=(); t_all=$SECONDS
 for s in "${scenarios[@]}"; do
