@@ -41,8 +41,8 @@ final class ManagerAPI {
             call.reply([.string(daemon.status().json(pretty: false))])
         }
         i.property("Version", signature: "s", emitsChange: false, get: { .string(PairdAPI.version) })
-        for name in Self.statusProperties {
-            i.property(name, signature: Self.statusSignatures[name]!, get: { [unowned self] in statusValues()[name]! })
+        for (name, signature) in Self.statusProperties {
+            i.property(name, signature: signature, get: { [unowned self] in statusValues()[name]! })
         }
         i.signal("StateChanged", signature: "sss")
         i.signal("PairingProgress", signature: "sss")
@@ -53,8 +53,7 @@ final class ManagerAPI {
 
     /// The status as properties, for D-Bus clients that watch rather than poll (`GetStatus` has
     /// the whole document): `PropertiesChanged` is emitted whenever one of them changes.
-    static let statusProperties = ["AdapterPresent", "AdapterPowered", "Pairing", "Devices"]
-    static let statusSignatures = ["AdapterPresent": "b", "AdapterPowered": "b", "Pairing": "s", "Devices": "a{ss}"]
+    static let statusProperties = [("AdapterPresent", "b"), ("AdapterPowered", "b"), ("Pairing", "s"), ("Devices", "a{ss}")]
     /// What `PropertiesChanged` last said (or the first `Get` would have).
     private var published: [String: DBusValue] = [:]
 

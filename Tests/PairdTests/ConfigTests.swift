@@ -41,11 +41,9 @@ struct ConfigTests {
     func backoffOrder() {
         for (text, line) in [("[Connection]\nBackoffMax = 2\nBackoffInitial = 5\n", 3),
                              ("[Connection]\nBackoffInitial = 5\n\nBackoffMax = 2\n", 4)] {
-            #expect(throws: DaemonConfig.Error.self) { try DaemonConfig.parse(text, file: "b.conf") }
-            do { _ = try DaemonConfig.parse(text, file: "b.conf") } catch {
-                #expect(error.line == line, "\(error)")
-                #expect(error.reason.contains("BackoffMax"))
-            }
+            let error = #expect(throws: DaemonConfig.Error.self) { try DaemonConfig.parse(text, file: "b.conf") }
+            #expect(error?.line == line, "\(String(describing: error))")
+            #expect(error?.reason.contains("BackoffMax") == true)
         }
     }
 

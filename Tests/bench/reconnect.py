@@ -78,18 +78,13 @@ def main():
     current = None
 
     def bluetoothd_revived(where):
-        """bluetoothd 5.66 segfaults now and then on the 6.12 bed (Tests/testbed/README.md, Known
-        problems). If it is gone: log the dmesg line, start it again, wait for the wearable to
-        register with it, and say so (True). The rep it happened in is recorded as failed with
-        `bluetoothd_crash`, reported apart by report.py; the approach is then restarted."""
-        if bluetoothd("status") == "active":
+        """bedlib.revive_bluetoothd, recorded: the rep it happened in is recorded as failed with
+        `bluetoothd_crash` (report.py lists it apart), and the approach is then restarted."""
+        why = revive_bluetoothd(w)
+        if why is None:
             return False
-        segv = [x for x in sh("dmesg", check=False).splitlines() if "bluetoothd[" in x and ("segfault" in x or "protection fault" in x)]
-        why = segv[-1].strip() if segv else "gone without a segfault line in dmesg"
         crashes.append(dict(where=where, dmesg=why))
-        log(f"bluetoothd is gone ({where}): {why}; starting it again")
-        bluetoothd("start")
-        wait_for(lambda: w.status().get("registered"), 60, "the wearable registered with the new bluetoothd")
+        log(f"bluetoothd was gone ({where}): {why}; started it again")
         return True
 
     def switch_to(a):

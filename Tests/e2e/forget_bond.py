@@ -65,13 +65,11 @@ def main():
                 check(c.read(c.char(new, BAT_LVL)) == bytes([87]), "Battery Level reads 87 after re-pairing")
             break
         except (BedError, dbus.exceptions.DBusException) as e:
-            if attempt == 2 or bluetoothd("status") == "active":
+            why = revive_bluetoothd(w) if attempt == 1 else None
+            if why is None:
                 raise
-            segv = [x for x in sh("dmesg", check=False).splitlines() if "bluetoothd[" in x and ("segfault" in x or "protection fault" in x)]
-            log(f"KNOWN BLUEZ 5.66 CRASH: bluetoothd died ({segv[-1].strip() if segv else 'no segfault or protection-fault line in dmesg'}) "
-                f"and the recovery failed with {type(e).__name__}; starting bluetoothd again, recovering once more")
-            bluetoothd("start")
-            wait_for(lambda: w.status()["registered"], 30, "the wearable registered with the new bluetoothd")
+            log(f"KNOWN BLUEZ 5.66 CRASH: bluetoothd died ({why}) and the recovery failed with "
+                f"{type(e).__name__}; started bluetoothd again, recovering once more")
             c.register_agent()
 
 

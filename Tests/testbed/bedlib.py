@@ -482,6 +482,27 @@ def kernel_bug():
     return None
 
 
+def bluetoothd_crash():
+    """The last dmesg line of a bluetoothd crash, if there is one: bluetoothd 5.66 dies now and
+    then on the 6.12 bed (README: Known problems), as a `segfault` or a `general protection fault`."""
+    out = subprocess.run(["dmesg"], capture_output=True, text=True).stdout
+    lines = [x.strip() for x in out.splitlines()
+             if "bluetoothd[" in x and ("segfault" in x or "protection fault" in x)]
+    return lines[-1] if lines else None
+
+
+def revive_bluetoothd(w):
+    """If bluetoothd is gone: start it again and wait until the wearable `w` registered with it
+    (it does so by itself on NameOwnerChanged). Returns why it was gone (the dmesg line), None if
+    it was running. Callers say so loudly: the crash is BlueZ's, never hidden."""
+    if bluetoothd("status") == "active":
+        return None
+    why = bluetoothd_crash() or "gone without a segfault or protection-fault line in dmesg"
+    bluetoothd("start")
+    wait_for(lambda: w.status()["registered"], 60, "the wearable registered with the new bluetoothd")
+    return why
+
+
 def skip(why):
     """End the scenario as skipped: exit 0 with a loud SKIP line (e2e.sh counts it apart)."""
     print(f"\nSKIP: {why}", flush=True)
