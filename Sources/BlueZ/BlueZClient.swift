@@ -96,8 +96,15 @@ public final class BlueZClient {
     /// The UUIDs the profile object shows; what BlueZ read at the last registration.
     private var exportedUUIDs: [String] = []
     private var wantedUUIDs: [String] = []
-    /// UUIDs BlueZ holds for our application, nil when not registered.
-    private var registeredUUIDs: [String]?
+    /// UUIDs BlueZ holds for our application, nil when not registered. Every change is reported
+    /// (`.autoConnectArmed`), from the loop's next turn: it changes inside reply handlers.
+    private var registeredUUIDs: [String]? {
+        didSet {
+            guard registeredUUIDs != oldValue else { return }
+            let now = registeredUUIDs ?? []
+            loop.enqueue { [weak self] in self?.emit(.autoConnectArmed(now)) }
+        }
+    }
     private var appBusy = false
     private var appSettled = false
     private var retryTimer: TimerHandle?

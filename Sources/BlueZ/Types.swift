@@ -76,6 +76,9 @@ public enum BlueZEvent: Sendable, Hashable {
     case adapterReady(AdapterInfo)
     /// "removed", "powered-off" or "bluetoothd-gone". Emitted once per ready period.
     case adapterGone(reason: String)
+    /// The service UUIDs BlueZ now holds in our GattProfile1 registration; empty when it holds
+    /// none (unregistered, refused, adapter or bluetoothd gone). Emitted on every change.
+    case autoConnectArmed([String])
     /// A device under the adapter appeared, or (while our discovery runs) advertised new data.
     case deviceFound(DeviceInfo)
     case connectedChanged(DeviceAddress, Bool)

@@ -163,6 +163,8 @@ public final class Daemon {
             log.info("adapter unavailable: \(reason)")
             feed(.adapterLost)
             markReadyIfNeeded()
+        case .autoConnectArmed(let uuids):
+            feed(.autoConnectArmed(uuids))
         case .deviceFound(let info):
             if info.isBonded, case .needsRepair? = machine.device(info.address)?.state {
                 feed(.bondedDeviceAppeared(info.address))

@@ -122,11 +122,13 @@ public struct MachineConfig: Sendable, Hashable {
     public var backoff = Backoff()
     /// Quick transient failures in a row before the device counts as away and is waited for passively.
     public var fastAttempts: Int = 5
-    /// While waiting for an absent wearable, how long between fallback Connect() calls
-    /// (the kernel's auto-connect is the primary mechanism and costs nothing).
+    /// While waiting for an absent wearable that the kernel's auto-connect is not armed for (BlueZ
+    /// does not hold our GattProfile1 with its service), how long between fallback Connect() calls.
+    /// With the auto-connect armed paird sets no timer: a Connect() in flight as the wearable
+    /// returns stalled the new link for BlueZ's 30 s ATT timeout (BENCHMARKS.md finding 15).
     public var fallbackInterval: Duration = .seconds(60)
-    /// At start-up and whenever the adapter comes back, a wanted device that is not connected is
-    /// left to the kernel's auto-connect (armed by the GattProfile1) this long before paird's own
+    /// At start-up, whenever the adapter comes back, and on the user's `connect`, a wanted device
+    /// that is not connected is left to the kernel's auto-connect (armed by the GattProfile1) this long before paird's own
     /// Connect(); 0 = Connect() at once. A Connect() racing the auto-connect to a wearable that is
     /// coming up stalls or breaks the link (testbed.md; soak, bluetoothd restarts).
     public var autoConnectHeadStart: Duration = .seconds(5)

@@ -6,8 +6,9 @@
 ///   pair ──▶ connecting ──link──▶ discovering ──ready──▶ connected
 ///              │  ▲  ▲              │ timeout            │ link loss
 ///     absent / │  │  └── retry ◀────┘                    ▼
-///     5 fails  ▼  └── fallback Connect ── waitingForDevice ◀── (never gives up)
-///   ─ user disconnect (any) ──▶ disconnected ── user connect ──▶ connecting
+///     5 fails  ▼  └── fallback Connect ── waitingForDevice ◀── (never gives up; no timer
+///                                                                while the auto-connect is armed)
+///   ─ user disconnect (any) ──▶ disconnected ── user connect ──▶ waitingForDevice (head start)
 ///   ─ bond lost / device removed (any) ──▶ needsRepair ── pair ──▶ (pairing)
 ///   ─ adapter / bluetoothd gone (any live) ──▶ adapterUnavailable ── back ──▶ (reconciled)
 /// ```
@@ -21,10 +22,10 @@ public enum DeviceState: Sendable, Hashable {
     case discovering(countdown: Countdown)
     /// Link up, services resolved, notifications subscribed.
     case connected
-    /// Out of range. The kernel's LE auto-connect (armed by our GattProfile1) is waiting for the
-    /// wearable at no radio cost beyond passive scanning; the countdown is when we add one
-    /// `Connect()` as a fallback (`.passive`), or when that Connect must have answered (`.probing`).
-    case waitingForDevice(WaitPhase, countdown: Countdown)
+    /// Out of range, or not come up yet. The kernel's LE auto-connect (armed by our GattProfile1)
+    /// waits for the wearable at no radio cost beyond passive scanning; see `WaitPhase` for what
+    /// paird adds.
+    case waitingForDevice(WaitPhase)
     /// The user asked for it to stay down. Survives restarts.
     case disconnected
     /// The bond no longer works or BlueZ forgot the device. Never retried; `pairctl pair` fixes it.
@@ -38,15 +39,23 @@ public enum DeviceState: Sendable, Hashable {
     }
 
     public enum WaitPhase: Sendable, Hashable {
-        case passive
-        case probing(call: UInt64, startedAt: Moment)
+        /// BlueZ holds our GattProfile1 with the wearable's service: the auto-connect is armed and
+        /// paird waits on it alone, however long, with no timer (nothing wakes it but the return).
+        case onAutoConnect
+        /// A `Connect()` of paird's own falls due at the countdown: the auto-connect is not armed
+        /// for it (registration refused or pending), or its head start after a (re)start, the
+        /// adapter's return or the user's `connect` is running.
+        case fallbackDue(countdown: Countdown)
+        /// That `Connect()` is in flight and must have answered by the countdown.
+        case probing(call: UInt64, startedAt: Moment, countdown: Countdown)
     }
 
     /// The countdown a timed state carries; nil for untimed states.
     public var countdown: Countdown? {
         switch self {
-        case .connecting(_, _, let c), .discovering(let c), .waitingForDevice(_, let c): c
-        case .restoring, .connected, .disconnected, .needsRepair, .adapterUnavailable: nil
+        case .connecting(_, _, let c), .discovering(let c), .waitingForDevice(.fallbackDue(let c)),
+             .waitingForDevice(.probing(_, _, let c)): c
+        case .restoring, .connected, .waitingForDevice(.onAutoConnect), .disconnected, .needsRepair, .adapterUnavailable: nil
         }
     }
 

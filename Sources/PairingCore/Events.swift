@@ -68,6 +68,9 @@ public enum Event: Sendable, Hashable {
     case adapterReady([DeviceAddress: BlueZDeviceView])
     /// Adapter removed or powered off, or bluetoothd left the bus.
     case adapterLost
+    /// The service UUIDs BlueZ now holds in our GattProfile1 registration (empty: not registered,
+    /// or refused). BlueZ arms the kernel's auto-connect for bonded devices offering one of them.
+    case autoConnectArmed([String])
 
     // Device signals from BlueZ.
     case linkUp(DeviceAddress)

@@ -31,6 +31,8 @@ public struct PairingMachine: Sendable {
     private var sortedAddresses: [DeviceAddress] { slots.map(\.address).sorted() }
     public private(set) var pairing: PairingSession?
     public private(set) var adapterUp = false
+    /// The service UUIDs BlueZ holds in our GattProfile1 registration now (`Event.autoConnectArmed`).
+    public private(set) var armedUUIDs: Set<String> = []
 
     /// The config's durations in nanoseconds, converted once (see `Moment`).
     private let connectReplyNanos: Int64
@@ -69,6 +71,7 @@ public struct PairingMachine: Sendable {
         switch event {
         case .adapterReady(let views): adapterReady(views, now, &actions)
         case .adapterLost: adapterLost(now, &actions)
+        case .autoConnectArmed(let uuids): autoConnectArmed(uuids, now, &actions)
         case .linkUp(let a): linkUp(a, now, &actions)
         case .servicesResolved(let a): servicesResolved(a, now, &actions)
         case .servicesLost(let a): servicesLost(a, now, &actions)
@@ -174,14 +177,31 @@ public struct PairingMachine: Sendable {
         }
     }
 
-    /// A wanted, bonded device that is not connected after a (re)start or the adapter's return:
-    /// the kernel's auto-connect first (the wearable may be advertising right now), one Connect()
-    /// of our own when `autoConnectHeadStart` runs out, as after any wait; 0 = Connect() at once.
+    /// A wanted, bonded device that is not connected after a (re)start, the adapter's return or
+    /// the user's `connect`: the kernel's auto-connect first (the wearable may be advertising right
+    /// now), one Connect() of our own when `autoConnectHeadStart` runs out, as after any wait;
+    /// 0 = Connect() at once.
     private mutating func restoreConnect(_ i: Int, _ now: Moment, _ actions: inout [Action]) {
         guard headStartNanos > 0 else { return startConnect(i, attempt: 1, now, &actions) }
         let a = slots[i].address
-        move(i, to: .waitingForDevice(.passive, countdown: countdown(.device(a), .fallbackConnect, now.advanced(byNanoseconds: headStartNanos))),
+        move(i, to: .waitingForDevice(.fallbackDue(countdown: countdown(.device(a), .fallbackConnect, now.advanced(byNanoseconds: headStartNanos)))),
              now, &actions)
+    }
+
+    /// BlueZ arms the kernel's auto-connect for a bonded device offering a service our registered
+    /// GattProfile1 lists (bluez-notes §4; 5.66 `probe_service` → `device_set_auto_connect`).
+    private func autoConnectCovers(_ i: Int) -> Bool {
+        !armedUUIDs.isDisjoint(with: slots[i].identity.serviceUUIDs)
+    }
+
+    /// The registration changed. A device waiting on an auto-connect that is no longer armed for
+    /// it gets its fallback Connect() timer back; one with a fallback already due keeps it.
+    private mutating func autoConnectArmed(_ uuids: [String], _ now: Moment, _ actions: inout [Action]) {
+        armedUUIDs = Set(uuids)
+        for a in sortedAddresses {
+            guard let i = slot[a], slots[i].state == .waitingForDevice(.onAutoConnect), !autoConnectCovers(i) else { continue }
+            waitPassively(i, now, &actions)
+        }
     }
 
     private mutating func adapterLost(_ now: Moment, _ actions: inout [Action]) {
@@ -379,16 +399,22 @@ public struct PairingMachine: Sendable {
         let a = slots[i].address
         let call = nextGeneration()
         slots[i].reconnectAttempts += 1
-        move(i, to: .waitingForDevice(.probing(call: call, startedAt: now),
-                                      countdown: countdown(.device(a), .connectReply, now.advanced(byNanoseconds: connectReplyNanos))),
+        move(i, to: .waitingForDevice(.probing(call: call, startedAt: now,
+                                               countdown: countdown(.device(a), .connectReply, now.advanced(byNanoseconds: connectReplyNanos)))),
              now, &actions)
         actions.append(.connect(a, call: call, timeout: config.connectTimeout))
     }
 
+    /// Out of range: the kernel's auto-connect waits for it, with no timer of ours while it is
+    /// armed for this device (no wake-ups however long the wearable is away, and no Connect() to
+    /// meet the wearable as it returns: BENCHMARKS.md finding 15); otherwise one fallback
+    /// Connect() every `fallbackInterval`.
     private mutating func waitPassively(_ i: Int, _ now: Moment, _ actions: inout [Action], reason: String? = nil) {
         let a = slots[i].address
-        move(i, to: .waitingForDevice(.passive, countdown: countdown(.device(a), .fallbackConnect, now.advanced(byNanoseconds: fallbackNanos))),
-             now, &actions, reason: reason)
+        let phase: DeviceState.WaitPhase = autoConnectCovers(i)
+            ? .onAutoConnect
+            : .fallbackDue(countdown: countdown(.device(a), .fallbackConnect, now.advanced(byNanoseconds: fallbackNanos)))
+        move(i, to: .waitingForDevice(phase), now, &actions, reason: reason)
     }
 
     private mutating func connectSucceeded(_ a: DeviceAddress, _ call: UInt64, _ now: Moment, _ actions: inout [Action]) {
@@ -414,8 +440,8 @@ public struct PairingMachine: Sendable {
         let attempt: Int
         switch state {
         case .connecting(.calling(_, let s), let n, _): startedAt = s; attempt = n
-        case .waitingForDevice(.probing(_, let s), _): startedAt = s; attempt = Int.max
-        case .restoring, .connecting(.backingOff, _, _), .discovering, .connected, .waitingForDevice(.passive, _),
+        case .waitingForDevice(.probing(_, let s, _)): startedAt = s; attempt = Int.max
+        case .restoring, .connecting(.backingOff, _, _), .discovering, .connected, .waitingForDevice(.onAutoConnect), .waitingForDevice(.fallbackDue),
              .disconnected, .needsRepair, .adapterUnavailable:
             return
         }
@@ -457,7 +483,7 @@ public struct PairingMachine: Sendable {
             guard let i = slot[a], slots[i].state.countdown?.id == id else { return } // stale: ignored
             let d = slots[i]
             switch d.state {
-            case .connecting(.calling, _, _), .waitingForDevice(.probing, _):
+            case .connecting(.calling, _, _), .waitingForDevice(.probing):
                 connectDidNotTake(i, d.state, .noReply, now, &actions)
             case .connecting(.backingOff, let attempt, _):
                 startConnect(i, attempt: attempt + 1, now, &actions)
@@ -477,9 +503,9 @@ public struct PairingMachine: Sendable {
                 let delay = config.backoff.delay(attempt: 1, unit: rng.nextUnit())
                 move(i, to: .connecting(.backingOff, attempt: 1, countdown: countdown(.device(a), .retryBackoff, now + delay)),
                      now, &actions, reason: "discovery-timeout")
-            case .waitingForDevice(.passive, _):
+            case .waitingForDevice(.fallbackDue):
                 probe(i, now, &actions)
-            case .restoring, .connected, .disconnected, .needsRepair, .adapterUnavailable:
+            case .restoring, .connected, .waitingForDevice(.onAutoConnect), .disconnected, .needsRepair, .adapterUnavailable:
                 break // untimed states carry no countdown, so the guard above already returned
             }
         }
@@ -626,17 +652,19 @@ public struct PairingMachine: Sendable {
         case .disconnected:
             actions.append(.setTrusted(a, true))
             if adapterUp {
+                // The auto-connect list gets it back below, so the kernel connects it as soon as it
+                // advertises; a Connect() of ours at the same moment made two links (finding 16).
                 slots[i].reconnectAttempts = 0
-                startConnect(i, attempt: 1, now, &actions)
+                restoreConnect(i, now, &actions)
             } else {
                 move(i, to: .adapterUnavailable, now, &actions)
             }
             actions.append(.updateAutoConnect(autoConnectUUIDs))
-        case .waitingForDevice(.passive, _):
-            probe(i, now, &actions)
+        case .waitingForDevice(.onAutoConnect), .waitingForDevice(.fallbackDue):
+            probe(i, now, &actions) // asked for: one Connect() now, whatever the auto-connect does
         case .connecting(.backingOff, let attempt, _):
             startConnect(i, attempt: attempt + 1, now, &actions)
-        case .restoring, .connecting(.calling, _, _), .discovering, .connected, .waitingForDevice(.probing, _),
+        case .restoring, .connecting(.calling, _, _), .discovering, .connected, .waitingForDevice(.probing),
              .needsRepair, .adapterUnavailable:
             break
         }
@@ -765,8 +793,9 @@ extension DeviceState {
     /// The Connect call this state is waiting on, if any.
     var pendingCall: UInt64? {
         switch self {
-        case .connecting(.calling(let call, _), _, _), .waitingForDevice(.probing(let call, _), _): call
-        case .restoring, .connecting(.backingOff, _, _), .discovering, .connected, .waitingForDevice(.passive, _),
+        case .connecting(.calling(let call, _), _, _), .waitingForDevice(.probing(let call, _, _)): call
+        case .restoring, .connecting(.backingOff, _, _), .discovering, .connected, .waitingForDevice(.onAutoConnect),
+             .waitingForDevice(.fallbackDue),
              .disconnected, .needsRepair, .adapterUnavailable: nil
         }
     }

@@ -23,7 +23,7 @@ struct PropertyTests {
             let a = PropertyTests.addresses[int(PropertyTests.addresses.count)]
             let failures: [BlueZFailure] = [.abortedByLocal, .busy, .noReply, .canceled, .authentication, .deviceGone,
                                              .adapterUnavailable, .other(name: "x", message: "y")]
-            switch int(22) {
+            switch int(23) {
             case 0, 1, 2: return .countdownFired(h.armed.keys.sorted { $0.generation < $1.generation }.randomElement(using: &rng) ?? staleID(a))
             case 3: return .countdownFired(staleID(a))
             case 4: return .linkUp(a)
@@ -44,6 +44,7 @@ struct PropertyTests {
             case 18: return .userDisconnect(a)
             case 19: return chance(0.3) ? .userUnpair(a) : .userCancelPairing
             case 20: return .discoveryFailed(.busy)
+            case 21: return .autoConnectArmed(chance(0.6) ? [ServiceUUID.heartRate] : [])
             default: return .connectFailed(a, call: h.lastConnectCall[a] ?? 0, .abortedByLocal)
             }
         }
@@ -189,6 +190,13 @@ struct PropertyTests {
             switch d.state {
             case .disconnected: fail("\(a) wanted connected but sits disconnected")
             case .restoring, .connecting, .discovering, .connected, .waitingForDevice, .needsRepair, .adapterUnavailable: break
+            }
+        }
+        // A wait with no timer of ours only while BlueZ holds an auto-connect for the device:
+        // otherwise nothing would ever bring it back.
+        for (a, d) in h.machine.devices where d.state == .waitingForDevice(.onAutoConnect) {
+            if h.machine.armedUUIDs.isDisjoint(with: d.identity.serviceUUIDs) {
+                fail("\(a) waits on an auto-connect that is not armed (armed: \(h.machine.armedUUIDs))")
             }
         }
 

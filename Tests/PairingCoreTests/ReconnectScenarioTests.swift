@@ -5,7 +5,7 @@ import PairingCore
 struct ReconnectScenarioTests {
     let watch = Harness.watch
 
-    @Test("walks out of range: waits passively, never gives up, reconnects when it is back")
+    @Test("walks out of range, auto-connect not armed (registration refused): one fallback Connect() per interval, never gives up")
     func outOfRange() {
         var h = Harness.connected()
         h.advance(.seconds(100))
@@ -34,6 +34,45 @@ struct ReconnectScenarioTests {
         #expect(out.reports(.reconnected).count == 1)
         #expect(h.machine.devices[watch]?.reconnectAttempts == 0)
         #expect(h.armed.isEmpty)
+    }
+
+    @Test("walks out of range, auto-connect armed: no timer of paird's however long it is away; back → connected")
+    func outOfRangeOnAutoConnect() {
+        var h = Harness.connected()
+        h.send(.autoConnectArmed([ServiceUUID.heartRate]))
+        var out = h.send(.linkDown(watch, linkLoss))
+        #expect(h.state(watch) == .waitingForDevice(.onAutoConnect))
+        #expect(out.connects() == 0)
+        #expect(out.reports(.linkLost).count == 1)
+        #expect(h.armed.isEmpty, "nothing to wake paird while it waits")
+        #expect(h.fireNext().isEmpty)
+        h.advance(.seconds(5 * 3600))
+        h.send(.linkUp(watch))
+        h.send(.servicesResolved(watch))
+        out = h.send(.linkSetUp(watch, failure: nil))
+        #expect(h.state(watch) == .connected)
+        #expect(out.reports(.reconnected).count == 1)
+        #expect(h.log.connects() == 0, "the kernel's auto-connect did it all")
+    }
+
+    @Test("the registration stops covering it while it waits: the fallback timer comes back; covered again, the next wait has none")
+    func autoConnectDisarmed() {
+        var h = Harness.connected()
+        h.send(.autoConnectArmed([ServiceUUID.heartRate]))
+        h.send(.linkDown(watch, linkLoss))
+        let out = h.send(.autoConnectArmed([ServiceUUID.battery]))   // not the watch's service
+        guard case .waitingForDevice(.fallbackDue(let c))? = h.state(watch) else {
+            Issue.record("\(String(describing: h.state(watch)))"); return
+        }
+        #expect(out.contains(.arm(c)))
+        #expect(h.fireNext().connects(watch) == 1)
+        h.send(.autoConnectArmed([ServiceUUID.heartRate]))
+        #expect(h.armed.count == 1, "the Connect() in flight keeps its reply countdown")
+        h.connectFailed(watch, .abortedByLocal, after: .seconds(40))
+        #expect(h.state(watch) == .waitingForDevice(.onAutoConnect))
+        #expect(h.armed.isEmpty)
+        h.send(.autoConnectArmed([]))   // bluetoothd lost our registration
+        #expect(h.state(watch)?.countdown?.id.purpose == .fallbackConnect)
     }
 
     @Test("back while our fallback Connect is in flight: the Connect's success leads to discovering")
@@ -143,7 +182,7 @@ struct ReconnectScenarioTests {
     func staleInputs() {
         var h = Harness.connected()
         h.send(.linkDown(watch, linkLoss))
-        guard case .waitingForDevice(_, let first)? = h.state(watch) else { Issue.record(); return }
+        guard case .waitingForDevice(.fallbackDue(let first))? = h.state(watch) else { Issue.record(); return }
         h.fireNext() // probing now, a new countdown
         let oldCall = h.lastConnectCall[watch]!
         let before = h.state(watch)
@@ -171,9 +210,38 @@ struct ReconnectScenarioTests {
 
         out = h.send(.userConnect(watch))
         #expect(out.contains(.setTrusted(watch, true)))
-        #expect(out.connects(watch) == 1)
+        #expect(out.contains(.updateAutoConnect([ServiceUUID.heartRate])), "back in the auto-connect list")
+        #expect(out.connects(watch) == 0, "the kernel's auto-connect gets its head start (finding 16)")
+        #expect(h.stateName(watch) == "waitingForDevice")
         #expect(out.persists)
         #expect(h.machine.devices[watch]?.wanted == .connected)
+        #expect(h.fireNext().connects(watch) == 1, "then one Connect() of paird's own")
+    }
+
+    @Test("the user's connect, auto-connect in time: the link comes up with no Connect() of paird's")
+    func userConnectAutoConnects() {
+        var h = Harness.connected()
+        h.send(.userDisconnect(watch))
+        h.send(.linkDown(watch, linkLoss))
+        var all = h.send(.userConnect(watch))
+        h.advance(.milliseconds(300))
+        all += h.send(.linkUp(watch))
+        all += h.send(.servicesResolved(watch))
+        all += h.send(.linkSetUp(watch, failure: nil))
+        #expect(h.state(watch) == .connected)
+        #expect(all.connects() == 0)
+        #expect(h.armed.isEmpty, "no fallback countdown left behind")
+    }
+
+    @Test("the user's connect with AutoConnectHeadStart = 0: Connect() at once, as before")
+    func userConnectNoHeadStart() {
+        var config = MachineConfig()
+        config.autoConnectHeadStart = .zero
+        var h = Harness.connected(config: config)
+        h.send(.userDisconnect(watch))
+        h.send(.linkDown(watch, linkLoss))
+        #expect(h.send(.userConnect(watch)).connects(watch) == 1)
+        #expect(h.stateName(watch) == "connecting")
     }
 
     @Test("user connect while waiting tries at once; user connect while connected does nothing")
@@ -538,6 +606,20 @@ struct RestorationTests {
         Harness(state: PersistedState(devices: [
             PersistedDevice(identity: DeviceIdentity(address: watch, name: "Watch"), wanted: wanted, pairedAt: 0, updatedAt: 0),
         ]))
+    }
+
+    @Test("the head start still ends in one Connect() with the auto-connect armed; a wearable that is away is then left to it")
+    func headStartThenAutoConnect() {
+        var h = Harness(state: PersistedState(devices: [
+            PersistedDevice(identity: DeviceIdentity(address: watch, serviceUUIDs: [ServiceUUID.heartRate]),
+                            wanted: .connected, pairedAt: 0, updatedAt: 0)]))
+        h.send(.autoConnectArmed([ServiceUUID.heartRate]))
+        h.send(.adapterReady([watch: BlueZDeviceView()]))
+        #expect(h.fireNext().connects(watch) == 1)
+        h.connectFailed(watch, .abortedByLocal, after: .seconds(40))
+        #expect(h.state(watch) == .waitingForDevice(.onAutoConnect))
+        #expect(h.armed.isEmpty)
+        #expect(h.send(.userConnect(watch)).connects(watch) == 1, "the user's connect tries at once")
     }
 
     @Test("a link that is already up is adopted: no Connect, no Disconnect")

@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 # testbed: mode=plain timeout=420
 """Issue scenario 2 (5 s and 60 s): the wearable walks out of range → waitingForDevice with a
-lastDisconnect; while it is away paird makes no connect storm and uses (almost) no CPU; it comes
-back after 5 s and after 60 s → connected again each time, notifications flowing, without any
-pairctl command. (The 5-minute absence is paird_away_long.py.)"""
+lastDisconnect; while it is away paird leaves the wait to the kernel's auto-connect (its
+GattProfile1 is registered: no Connect() at all) and uses (almost) no CPU; it comes back after 5 s
+and after 60 s → connected again each time, notifications flowing, without any pairctl command.
+(The 5-minute absence is paird_away_long.py.)"""
 from bedlib import *
 
 
@@ -53,13 +54,13 @@ def main():
     cpu1, sw1 = p.cpu()
     conn1 = bluez_connect_attempts()
     dt = now() - t0
-    with step("while away 60 s: no connect storm, (almost) no CPU"):
+    with step("while away 60 s: no Connect() (the auto-connect waits), (almost) no CPU"):
         log(f"MEASURED paird while waiting {dt:.1f} s: {cpu1 - cpu0:.2f} CPU-seconds, "
             f"{sw1 - sw0} context switches (wake-ups), {conn1 - conn0} Device1.Connect attempts")
         check(p.state() == "waitingForDevice", "still waitingForDevice")
-        check(conn1 - conn0 <= 2, f"≤ 2 Connect attempts in 60 s (got {conn1 - conn0})")
+        check(conn1 - conn0 == 0, f"no Device1.Connect() while waiting on the auto-connect (got {conn1 - conn0})")
         check(cpu1 - cpu0 < 2.0, f"< 2 CPU-seconds in 60 s (got {cpu1 - cpu0:.2f})")
-        check(sw1 - sw0 < 200, f"< 200 wake-ups in 60 s (got {sw1 - sw0})")
+        check(sw1 - sw0 <= 60, f"≤ 60 wake-ups in 60 s, the idle goal (no watchdog in plain mode; got {sw1 - sw0})")
     with step("back after 60 s → connected, notifications flow (no pairctl command)"):
         come_back(p, w, watch)
         d = p.device()

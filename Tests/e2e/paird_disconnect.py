@@ -44,14 +44,17 @@ def main():
         check(d["state"] == "disconnected" and d["wanted"] == "disconnected", f"state {d['state']}, wanted {d['wanted']}")
 
     watch = p.watch()
-    with step("pairctl connect → connected, notifications flow"):
+    with step("pairctl connect → connected, notifications flow, one link (no Connect() racing the auto-connect)"):
+        connects_before, doubles_before = bluez_connect_attempts(), bluez_double_connections()
         t = now()
         rc, out, err = p.pairctl("connect")
         check(rc == 0, f"exit 0 ({out.strip()} {err.strip()})")
         d = p.wait_state("connected", 60)
-        log(f"connected {now() - t:.2f} s after pairctl connect")
+        log(f"connected {now() - t:.2f} s after pairctl connect, "
+            f"{bluez_connect_attempts() - connects_before} Device1.Connect() at bluetoothd")
         check(d["wanted"] == "connected", "wanted connected")
         wait_for(lambda: len(watch.lines("notify")) >= 2, 15, "2 notify lines")
+        check(bluez_double_connections() == doubles_before, "bluetoothd never saw a second link ('is already connected')")
     with step("after connect, a walk-away is waited for again (intent is connected)"):
         w.cmd("walk-away")
         p.wait_state("waitingForDevice", 20)

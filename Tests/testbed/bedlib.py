@@ -513,13 +513,25 @@ class _Skip(BaseException):
     pass
 
 
-def bluez_connect_attempts():
-    """Device1.Connect attempts bluetoothd logged so far (bluetoothd -d: device_connect_le)."""
+def bluetoothd_log_count(text):
+    """Lines of bluetoothd's debug log (bluetoothd -d) so far that contain `text`."""
     try:
         with open(os.path.join(OUT, "bluetoothd.log"), errors="replace") as f:
-            return sum(1 for line in f if "device_connect_le()" in line)
+            return sum(1 for line in f if text in line)
     except FileNotFoundError:
         return 0
+
+
+def bluez_connect_attempts():
+    """Device1.Connect attempts bluetoothd logged so far (bluetoothd -d: device_connect_le)."""
+    return bluetoothd_log_count("device_connect_le()")
+
+
+def bluez_double_connections():
+    """Times bluetoothd saw a second link to a device it had one with: a Connect() that raced the
+    kernel's auto-connect (BENCHMARKS.md findings 14, 16), 'device_add_connection() … is already
+    connected'."""
+    return bluetoothd_log_count("is already connected")
 
 
 class Paird:
