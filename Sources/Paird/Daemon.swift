@@ -47,6 +47,8 @@ public final class Daemon {
     /// `Disconnected(reason)` of BlueZ ≥ 5.83, kept until the `Connected=false` that follows.
     var disconnectReasons: [DeviceAddress: DisconnectClassifier.Reason] = [:]
     var battery: [DeviceAddress: UInt8] = [:]
+    /// What the machine was last told about BlueZ's auto-connect (`Event.autoConnectArmed`).
+    private var autoConnectArmed: Set<DeviceAddress>?
     var lastStatus = ""
     var ready = false
     var connectCalls = 0
@@ -152,8 +154,10 @@ public final class Daemon {
     // MARK: Events in
 
     func handle(_ event: BlueZEvent) {
-        if log.minimumPriority == .debug {
-            if case .notification = event {} else { log.debug("event: \(event)") }
+        if case .notification = event {} else {
+            if log.minimumPriority == .debug { log.debug("event: \(event)") }
+            // BlueZ's cache is already updated: the machine learns what is armed before the event.
+            refreshAutoConnectArmed()
         }
         switch event {
         case .adapterReady:
@@ -163,8 +167,8 @@ public final class Daemon {
             log.info("adapter unavailable: \(reason)")
             feed(.adapterLost)
             markReadyIfNeeded()
-        case .autoConnectArmed(let uuids):
-            feed(.autoConnectArmed(uuids))
+        case .autoConnectArmed:
+            break // refreshAutoConnectArmed above
         case .deviceFound(let info):
             if info.isBonded, case .needsRepair? = machine.device(info.address)?.state {
                 feed(.bondedDeviceAppeared(info.address))
@@ -210,6 +214,24 @@ public final class Daemon {
         case .passkeyRequested(let a):
             log.warning("\(a) asked for a passkey; paird pairs with Just Works only, refused")
         }
+    }
+
+    /// The managed devices BlueZ's auto-connect is armed for: BlueZ holds our GattProfile1 and its
+    /// UUIDs meet the device's services (`Device1.UUIDs`; 5.66 matches a profile against those).
+    /// Told to the machine when it changes.
+    private func refreshAutoConnectArmed() {
+        let registered = Set(bluez.registeredAutoConnectUUIDs ?? [])
+        var armed = Set<DeviceAddress>()
+        if !registered.isEmpty {
+            for a in machine.devices.keys {
+                guard let info = bluez.device(a), info.isBonded else { continue }
+                if info.uuids.contains(where: { ServiceUUID.normalize($0).map(registered.contains) ?? false }) { armed.insert(a) }
+            }
+        }
+        guard armed != autoConnectArmed else { return }
+        autoConnectArmed = armed
+        log.debug("auto-connect armed for: \(armed.map(\.description).sorted().joined(separator: ", "))")
+        feed(.autoConnectArmed(armed))
     }
 
     /// Events that arrived while an earlier one's actions were being performed.

@@ -68,9 +68,10 @@ public enum Event: Sendable, Hashable {
     case adapterReady([DeviceAddress: BlueZDeviceView])
     /// Adapter removed or powered off, or bluetoothd left the bus.
     case adapterLost
-    /// The service UUIDs BlueZ now holds in our GattProfile1 registration (empty: not registered,
-    /// or refused). BlueZ arms the kernel's auto-connect for bonded devices offering one of them.
-    case autoConnectArmed([String])
+    /// The managed devices BlueZ has armed the kernel's auto-connect for now: our GattProfile1 is
+    /// registered listing a service the device offers (5.66 probes the profile against the
+    /// device's services, `device_probe_profile`). Sent whenever that set changes.
+    case autoConnectArmed(Set<DeviceAddress>)
 
     // Device signals from BlueZ.
     case linkUp(DeviceAddress)

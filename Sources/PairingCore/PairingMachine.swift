@@ -31,8 +31,8 @@ public struct PairingMachine: Sendable {
     private var sortedAddresses: [DeviceAddress] { slots.map(\.address).sorted() }
     public private(set) var pairing: PairingSession?
     public private(set) var adapterUp = false
-    /// The service UUIDs BlueZ holds in our GattProfile1 registration now (`Event.autoConnectArmed`).
-    public private(set) var armedUUIDs: Set<String> = []
+    /// The devices BlueZ's auto-connect is armed for now (`Event.autoConnectArmed`).
+    public private(set) var autoConnectArmed: Set<DeviceAddress> = []
 
     /// The config's durations in nanoseconds, converted once (see `Moment`).
     private let connectReplyNanos: Int64
@@ -71,7 +71,7 @@ public struct PairingMachine: Sendable {
         switch event {
         case .adapterReady(let views): adapterReady(views, now, &actions)
         case .adapterLost: adapterLost(now, &actions)
-        case .autoConnectArmed(let uuids): autoConnectArmed(uuids, now, &actions)
+        case .autoConnectArmed(let devices): autoConnectArmed(devices, now, &actions)
         case .linkUp(let a): linkUp(a, now, &actions)
         case .servicesResolved(let a): servicesResolved(a, now, &actions)
         case .servicesLost(let a): servicesLost(a, now, &actions)
@@ -191,13 +191,13 @@ public struct PairingMachine: Sendable {
     /// BlueZ arms the kernel's auto-connect for a bonded device offering a service our registered
     /// GattProfile1 lists (bluez-notes §4; 5.66 `probe_service` → `device_set_auto_connect`).
     private func autoConnectCovers(_ i: Int) -> Bool {
-        !armedUUIDs.isDisjoint(with: slots[i].identity.serviceUUIDs)
+        autoConnectArmed.contains(slots[i].address)
     }
 
-    /// The registration changed. A device waiting on an auto-connect that is no longer armed for
+    /// What BlueZ arms changed. A device waiting on an auto-connect that is no longer armed for
     /// it gets its fallback Connect() timer back; one with a fallback already due keeps it.
-    private mutating func autoConnectArmed(_ uuids: [String], _ now: Moment, _ actions: inout [Action]) {
-        armedUUIDs = Set(uuids)
+    private mutating func autoConnectArmed(_ devices: Set<DeviceAddress>, _ now: Moment, _ actions: inout [Action]) {
+        autoConnectArmed = devices
         for a in sortedAddresses {
             guard let i = slot[a], slots[i].state == .waitingForDevice(.onAutoConnect), !autoConnectCovers(i) else { continue }
             waitPassively(i, now, &actions)

@@ -44,7 +44,7 @@ struct PropertyTests {
             case 18: return .userDisconnect(a)
             case 19: return chance(0.3) ? .userUnpair(a) : .userCancelPairing
             case 20: return .discoveryFailed(.busy)
-            case 21: return .autoConnectArmed(chance(0.6) ? [ServiceUUID.heartRate] : [])
+            case 21: return .autoConnectArmed(Set(PropertyTests.addresses.filter { _ in chance(0.6) }))
             default: return .connectFailed(a, call: h.lastConnectCall[a] ?? 0, .abortedByLocal)
             }
         }
@@ -195,8 +195,8 @@ struct PropertyTests {
         // A wait with no timer of ours only while BlueZ holds an auto-connect for the device:
         // otherwise nothing would ever bring it back.
         for (a, d) in h.machine.devices where d.state == .waitingForDevice(.onAutoConnect) {
-            if h.machine.armedUUIDs.isDisjoint(with: d.identity.serviceUUIDs) {
-                fail("\(a) waits on an auto-connect that is not armed (armed: \(h.machine.armedUUIDs))")
+            if !h.machine.autoConnectArmed.contains(a) {
+                fail("\(a) waits on an auto-connect that is not armed (armed: \(h.machine.autoConnectArmed))")
             }
         }
 

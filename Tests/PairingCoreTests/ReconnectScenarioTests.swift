@@ -39,7 +39,7 @@ struct ReconnectScenarioTests {
     @Test("walks out of range, auto-connect armed: no timer of paird's however long it is away; back → connected")
     func outOfRangeOnAutoConnect() {
         var h = Harness.connected()
-        h.send(.autoConnectArmed([ServiceUUID.heartRate]))
+        h.send(.autoConnectArmed([watch]))
         var out = h.send(.linkDown(watch, linkLoss))
         #expect(h.state(watch) == .waitingForDevice(.onAutoConnect))
         #expect(out.connects() == 0)
@@ -58,15 +58,15 @@ struct ReconnectScenarioTests {
     @Test("the registration stops covering it while it waits: the fallback timer comes back; covered again, the next wait has none")
     func autoConnectDisarmed() {
         var h = Harness.connected()
-        h.send(.autoConnectArmed([ServiceUUID.heartRate]))
+        h.send(.autoConnectArmed([watch]))
         h.send(.linkDown(watch, linkLoss))
-        let out = h.send(.autoConnectArmed([ServiceUUID.battery]))   // not the watch's service
+        let out = h.send(.autoConnectArmed([Harness.ring]))   // armed for another device only
         guard case .waitingForDevice(.fallbackDue(let c))? = h.state(watch) else {
             Issue.record("\(String(describing: h.state(watch)))"); return
         }
         #expect(out.contains(.arm(c)))
         #expect(h.fireNext().connects(watch) == 1)
-        h.send(.autoConnectArmed([ServiceUUID.heartRate]))
+        h.send(.autoConnectArmed([watch]))
         #expect(h.armed.count == 1, "the Connect() in flight keeps its reply countdown")
         h.connectFailed(watch, .abortedByLocal, after: .seconds(40))
         #expect(h.state(watch) == .waitingForDevice(.onAutoConnect))
@@ -613,7 +613,7 @@ struct RestorationTests {
         var h = Harness(state: PersistedState(devices: [
             PersistedDevice(identity: DeviceIdentity(address: watch, serviceUUIDs: [ServiceUUID.heartRate]),
                             wanted: .connected, pairedAt: 0, updatedAt: 0)]))
-        h.send(.autoConnectArmed([ServiceUUID.heartRate]))
+        h.send(.autoConnectArmed([watch]))
         h.send(.adapterReady([watch: BlueZDeviceView()]))
         #expect(h.fireNext().connects(watch) == 1)
         h.connectFailed(watch, .abortedByLocal, after: .seconds(40))

@@ -31,6 +31,9 @@ def come_back(p, w, watch):
 def main():
     w = Wearable.start(name="Pulse-1", battery=87)
     p = Paird()
+    # A fallback Connect() every 10 s (default 60) if paird were still setting one: the 60 s wait
+    # below would see ≥ 4 of them. With the auto-connect armed paird sets none.
+    p.write_config("[Connection]\nFallbackInterval = 10\n")
     with step("paird up, pairctl pair --service 180d"):
         p.start()
         pair_wearable(p)
