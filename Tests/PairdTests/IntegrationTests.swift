@@ -8,11 +8,14 @@ struct IntegrationTests {
     let watch = MockedHost.watch
 
     /// Pairs `watch` through pairctl, playing BlueZ's part (ServicesResolved) when paird connects.
-    func pairWatch(_ host: MockedHost) throws -> MockedHost.Ran {
-        try host.addDevice(watch)
+    /// `gattServices`: the UUIDs BlueZ lists once services resolve (the template's Pair swaps
+    /// them for classic profiles), sent with ServicesResolved in one signal as bluetoothd may.
+    func pairWatch(_ host: MockedHost, added: Bool = false, gattServices: [String]? = nil) throws -> MockedHost.Ran {
+        if !added { try host.addDevice(watch) }
         let pairing = host.start(MockedHost.pairctlBin, ["pair", watch, "--timeout", "5"])
         try waitFor("paird to call Connect after pairing", deadline: 20) { host.calls("Connect") >= 1 }
-        try host.setDevice(watch, "'ServicesResolved': True")
+        let uuids = gattServices.map { ", 'UUIDs': dbus.Array([\($0.map { "'\($0)'" }.joined(separator: ", "))], signature='s')" } ?? ""
+        try host.setDevice(watch, "'ServicesResolved': True\(uuids)")
         return pairing.finish()
     }
 
@@ -169,6 +172,44 @@ struct IntegrationTests {
         try waitFor("connected after restart", deadline: 10) { host.state() == "connected" }
         #expect(host.calls("Connect") == connects)
         #expect(host.calls("Disconnect") == disconnects)
+    }
+
+    @Test("out of range: no timer while BlueZ holds our profile for the wearable's service; a fallback Connect() when it refuses it",
+          arguments: [true, false])
+    func waitOnAutoConnect(registrationAccepted: Bool) throws {
+        let host = try MockedHost()
+        if registrationAccepted {
+            // The bluez5 template has no GattManager1; bluetoothd's accepts our application.
+            try host.must(host.python("""
+                b.get_object('org.bluez', '/org/bluez/hci0').AddMethods('org.bluez.GattManager1', \
+                [('RegisterApplication', 'oa{sv}', '', ''), ('UnregisterApplication', 'o', '', '')], \
+                dbus_interface='org.freedesktop.DBus.Mock')
+                """), "GattManager1")
+        }
+        try "[Connection]\nFallbackInterval = 5\n".write(toFile: host.dir.appendingPathComponent("paird.conf").path, atomically: true, encoding: .utf8)
+        try host.startPaird(["--verbose"])
+        try host.addDevice(watch)
+        try host.setDevice(watch, "'UUIDs': dbus.Array(['\(ServiceUUID.heartRate)'], signature='s')") // advertised
+        #expect(try pairWatch(host, added: true, gattServices: [ServiceUUID.heartRate]).status == 0)
+        try waitFor("connected", deadline: 10) { host.state() == "connected" }
+        if registrationAccepted {
+            try waitFor("the machine told the auto-connect is armed for it", deadline: 10) {
+                host.log().contains("machine: autoConnectArmed(Set([\(watch)]))")
+            }
+        }
+        let logBefore = host.log().count
+        let connects = host.calls("Connect")
+        try host.setDevice(watch, "'Connected': False, 'ServicesResolved': False") // link loss
+        try waitFor("waitingForDevice", deadline: 10) { host.state() == "waitingForDevice" }
+        // The countdowns are armed in the same batch as the move, so the log has them by now.
+        let after = String(host.log().dropFirst(logBefore))
+        let fallbackArmed = after.split(separator: "\n").contains { $0.contains("action: arm(") && $0.contains("fallbackConnect") }
+        if registrationAccepted {
+            #expect(!fallbackArmed, "no timer while the kernel's auto-connect waits")
+        } else {
+            #expect(fallbackArmed)
+            try waitFor("the fallback Connect()", deadline: 15) { host.calls("Connect") == connects + 1 }
+        }
     }
 
     @Test("bad input: exit codes 64 and 7, nothing changes")
