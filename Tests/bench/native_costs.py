@@ -19,8 +19,10 @@ threads summed), wake-ups per second (voluntary context switches: paird blocking
 epoll_wait) and, apart, the host's preemptions of it (nonvoluntary), WATCHDOG=1 datagrams
 received, RSS and fds, for
   connected-quiet  link up, nothing happening
-  absent           link down, every Connect() fails (paird waits passively; its fallback
-                   Connect() every FallbackInterval = 60 s is part of the figure)
+  absent           link down, every Connect() fails. The mock accepts paird's GattProfile1 and
+                   lists the device's Heart Rate service, so paird waits on the (here absent)
+                   kernel auto-connect with no timer; were the registration refused, one fallback
+                   Connect() per FallbackInterval (60 s) would be part of the figure
 
   native_costs.py [--paird .build/release/paird] [--pairctl .build/release/pairctl]
                   [--reps 20] [--window 60] [--out FILE]"""
