@@ -34,7 +34,7 @@ def main():
         check(p.state() == "waitingForDevice", "still waitingForDevice")
         check(conn1 - conn0 == 0, f"no Device1.Connect() while waiting on the auto-connect (got {conn1 - conn0})")
         check(cpu1 - cpu0 < 5.0, f"< 5 CPU-seconds in 5 min (got {cpu1 - cpu0:.2f})")
-        check(sw1 - sw0 < 1000, f"< 1000 wake-ups in 5 min (got {sw1 - sw0})")
+        check(sw1 - sw0 <= 300, f"≤ 300 wake-ups in 5 min, the idle goal (no watchdog in plain mode; got {sw1 - sw0})")
     with step("back after 5 min → connected, notifications flow (no pairctl command)"):
         t = now()
         n = len(watch.lines("notify"))
