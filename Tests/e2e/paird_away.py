@@ -31,8 +31,9 @@ def come_back(p, w, watch):
 def main():
     w = Wearable.start(name="Pulse-1", battery=87)
     p = Paird()
-    # A fallback Connect() every 10 s (default 60) if paird were still setting one: the 60 s wait
-    # below would see ≥ 4 of them. With the auto-connect armed paird sets none.
+    # A fallback Connect() 10 s (default 60) after each wait or failed attempt, if paird were
+    # still setting one: the 60 s wait below would see at least one (an attempt at an absent
+    # wearable lasts BlueZ's ~40 s). With the auto-connect armed paird sets none.
     p.write_config("[Connection]\nFallbackInterval = 10\n")
     with step("paird up, pairctl pair --service 180d"):
         p.start()
