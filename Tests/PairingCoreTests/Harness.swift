@@ -52,6 +52,12 @@ struct Harness {
 
     mutating func advance(_ d: Duration) { now = now + d }
 
+    /// The link comes up without a Connect() of ours (the kernel's auto-connect) and is set up:
+    /// Connected, ServicesResolved, the runtime's set-up done. Returns every action on the way.
+    mutating func linkComesUp(_ a: DeviceAddress) -> [Action] {
+        send(.linkUp(a)) + send(.servicesResolved(a)) + send(.linkSetUp(a, failure: nil))
+    }
+
     /// Lets time pass to the earliest armed countdown and fires it.
     @discardableResult
     mutating func fireNext() -> [Action] {
