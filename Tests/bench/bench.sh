@@ -11,7 +11,8 @@
 #   costs      VM: start-up (exec→READY=1, adoption) and idle cost, paird vs bleak     (~12 min)
 #   --quick    a smoke run with few reps (~8 min in all)
 # Knobs (environment): BENCH_REPS5 (20), BENCH_REPS60 (2), BENCH_REPS300 (0), BENCH_STARTS (20),
-# BENCH_WINDOW (90 s; the native part's windows too), BENCH_SCALE_REPS (3).
+# BENCH_WINDOW (90 s; the native part's windows too), BENCH_SCALE_REPS (3), BENCH_PARALLEL (0: the
+# reconnect part in one VM, approaches one after another; N: N VMs per approach, all at once).
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$REPO"
@@ -62,6 +63,42 @@ mkdir -p "$RES"
 } >"$RES/meta.txt"
 cat "$RES/meta.txt" >&2
 
+# BENCH_PARALLEL=N: every approach in VMs of its own, N per approach, all running at once (boots
+# staggered by BENCH_STAGGER s, default 30).  The first VM of an approach takes its 5 s and 60 s
+# reps and a share of the 300 s reps, the others the rest, so that the VMs take about as long.
+# Side by side in one run (same hours, same host load) instead of one approach after another, and
+# no GattProfile1 left behind by one approach on another's wearable.  The host's load average is
+# sampled every 30 s into loadavg.txt: the VMs share 2 CPUs (TCG), which adds noise to every row.
+reconnect_parallel() {
+  local n=$BENCH_PARALLEL r5=${BENCH_REPS5:-20} r60=${BENCH_REPS60:-2} r300=${BENCH_REPS300:-0}
+  local names=(bluetoothctl bleak auto-connect paird) a k k1 share t pids=() outs=() tags=()
+  [[ -n ${BED_X_ONLY:-} ]] && IFS=, read -r -a names <<<"$BED_X_ONLY"
+  t=$(( r5 * 20 + r60 * 75 + r300 * 315 ))
+  k1=$(( (t / n - r5 * 20 - r60 * 75 + 157) / 315 )); ((k1 < 0)) && k1=0; ((k1 > r300)) && k1=$r300
+  (while :; do echo "$(date +%s) $(cut -d' ' -f1-3 /proc/loadavg)"; sleep 30; done) >"$RES/loadavg.txt" &
+  local sampler=$!
+  for a in "${names[@]}"; do
+    for ((k = 1; k <= n; k++)); do
+      local p5=0 p60=0 p300
+      if ((k == 1)); then p5=$r5; p60=$r60; p300=$k1
+      else p300=$(( (r300 - k1) / (n - 1) + (k - 2 < (r300 - k1) % (n - 1) ? 1 : 0) )); fi
+      ((p5 + p60 + p300 > 0)) || continue
+      local out=$REPO/testbed-out/bench-reconnect-$a-$k
+      say "reconnect: $a, VM $k of $n: 5 s × $p5, 60 s × $p60, 300 s × $p300 → $out"
+      BED_X_ONLY=$a BED_X_REPS5=$p5 BED_X_REPS60=$p60 BED_X_REPS300=$p300 BED_X_PYLIB=$PYLIB \
+        Tests/testbed/run-vm --timeout $(( 900 + p5 * 20 + p60 * 75 + p300 * 315 )) --out "$out" \
+        Tests/bench/reconnect.py >"$RES/vm-$a-$k.log" 2>&1 &
+      pids+=($!); outs+=("$out"); tags+=("$a-$k")
+      sleep "${BENCH_STAGGER:-30}"
+    done
+  done
+  for i in "${!pids[@]}"; do
+    wait "${pids[$i]}" || say "reconnect ${tags[$i]}: exit $?"
+    cp "${outs[$i]}/results.jsonl" "$RES/reconnect-${tags[$i]}.jsonl" 2>/dev/null || say "reconnect ${tags[$i]}: no results"
+  done
+  kill "$sampler" 2>/dev/null || true
+}
+
 for part in "${parts[@]}"; do
   case $part in
     scale)
@@ -75,6 +112,7 @@ for part in "${parts[@]}"; do
         --reps "${BENCH_STARTS:-20}" --window "${BENCH_WINDOW:-90}" \
         --out "$RES/native.jsonl" 2> >(grep -v 'fd limit' >&2) ;;
     reconnect)
+      if (( ${BENCH_PARALLEL:-0} > 0 )); then reconnect_parallel; continue; fi
       say "reconnect latency in the test bed (VM)"
       # the VM's deadline from the plan: per approach and rep, the absence plus ~15 s of walking
       # away, coming back and settling (a fixed 2400 s cut 20 × 60 s for two approaches short)

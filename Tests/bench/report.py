@@ -23,7 +23,7 @@ def ms(xs):
 
 def rows(d, name):
     out = []
-    for f in glob.glob(os.path.join(d, name)):
+    for f in sorted(glob.glob(os.path.join(d, name))):
         with open(f) as fh:
             out += [json.loads(x) for x in fh if x.strip()]
     return out
@@ -37,6 +37,13 @@ def reconnect(d):
     for r in rs:
         if r["approach"] not in order:
             order.append(r["approach"])
+    la = os.path.join(d, "loadavg.txt")
+    if os.path.exists(la):   # BENCH_PARALLEL: the VMs ran at once, on the host's shared CPUs
+        xs = [float(x.split()[1]) for x in open(la) if len(x.split()) >= 2]
+        if xs:
+            print(f"\nThe approaches ran at once, each in VMs of its own; host 1-min load average over "
+                  f"the run (every 30 s, n={len(xs)}): median {statistics.median(xs):.1f}, "
+                  f"p95 {pct(xs, 95):.1f}, max {max(xs):.1f} ({os.cpu_count()} CPUs)")
     for away in sorted({r["away"] for r in rs}):
         print(f"\n#### Wearable away {away} s — milliseconds from its `advertising on`; median / p95 (n)\n")
         print("| approach | n | link up (Connected=true) | ServicesResolved | first notification at the client "
