@@ -250,6 +250,10 @@ enum StatusText {
             if d.wanted == "disconnected" { line += ", kept disconnected" }
             if let l = d.lastDisconnect { line += ", last disconnect \(l.reason) at \(localTimestamp(l.at))" }
             if d.reconnectAttempts > 0 { line += ", \(d.reconnectAttempts) connect attempt(s)" }
+            if d.state == "waitingForDevice" {
+                line += d.nextDeadline.map { ", paird's own Connect() timer at \(localTimestamp($0))" }
+                    ?? (d.autoConnect ? ", waiting on BlueZ's auto-connect (no timer)" : "")
+            }
             lines.append(line)
         }
         return lines.joined(separator: "\n")

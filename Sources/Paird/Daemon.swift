@@ -434,7 +434,8 @@ public final class Daemon {
                 since: wall(d.since),
                 lastDisconnect: d.lastDisconnect.map { .init(reason: $0.reason, at: wall($0.at)) },
                 reconnectAttempts: d.reconnectAttempts, battery: battery[d.address].map(Int.init),
-                services: d.identity.serviceUUIDs)
+                services: d.identity.serviceUUIDs, autoConnect: machine.autoConnectArmed.contains(d.address),
+                nextDeadline: d.state.countdown.map { wall($0.deadline) })
         }
         return StatusDocument(daemon: .init(running: true, version: PairdAPI.version), adapter: adapter,
                               pairing: pairing, devices: devices)

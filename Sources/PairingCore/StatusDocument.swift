@@ -58,9 +58,18 @@ public struct StatusDocument: Codable, Sendable, Hashable {
         public var reconnectAttempts: Int
         public var battery: Int?
         public var services: [String]
+        /// BlueZ holds paird's GattProfile1 with one of the wearable's services: the kernel's LE
+        /// auto-connect brings it back when it advertises again.
+        public var autoConnect: Bool
+        /// When the state's countdown runs out (paird's next own `Connect()`, or the end of the wait
+        /// for a `Connect()`'s answer or for service discovery); null when no timer runs for the
+        /// device (connected, disconnected, or out of range with the auto-connect armed: paird
+        /// waits on it alone).
+        public var nextDeadline: Date?
 
         public init(address: String, name: String, state: String, wanted: String, since: Date,
-                    lastDisconnect: LastDisconnect?, reconnectAttempts: Int, battery: Int?, services: [String]) {
+                    lastDisconnect: LastDisconnect?, reconnectAttempts: Int, battery: Int?, services: [String],
+                    autoConnect: Bool = false, nextDeadline: Date? = nil) {
             self.address = address
             self.name = name
             self.state = state
@@ -70,6 +79,29 @@ public struct StatusDocument: Codable, Sendable, Hashable {
             self.reconnectAttempts = reconnectAttempts
             self.battery = battery
             self.services = services
+            self.autoConnect = autoConnect
+            self.nextDeadline = nextDeadline
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case address, name, state, wanted, since, lastDisconnect, reconnectAttempts, battery, services
+            case autoConnect, nextDeadline
+        }
+
+        // Decoded leniently: a status from a paird older than these two fields still reads.
+        public init(from decoder: any Decoder) throws {
+            let c = try decoder.container(keyedBy: CodingKeys.self)
+            address = try c.decode(String.self, forKey: .address)
+            name = try c.decode(String.self, forKey: .name)
+            state = try c.decode(String.self, forKey: .state)
+            wanted = try c.decode(String.self, forKey: .wanted)
+            since = try c.decode(Date.self, forKey: .since)
+            lastDisconnect = try c.decodeIfPresent(LastDisconnect.self, forKey: .lastDisconnect)
+            reconnectAttempts = try c.decode(Int.self, forKey: .reconnectAttempts)
+            battery = try c.decodeIfPresent(Int.self, forKey: .battery)
+            services = try c.decode([String].self, forKey: .services)
+            autoConnect = try c.decodeIfPresent(Bool.self, forKey: .autoConnect) ?? false
+            nextDeadline = try c.decodeIfPresent(Date.self, forKey: .nextDeadline)
         }
 
         // Encode nulls explicitly: a consumer sees `"battery": null`, not a missing key.
@@ -84,6 +116,8 @@ public struct StatusDocument: Codable, Sendable, Hashable {
             try c.encode(reconnectAttempts, forKey: .reconnectAttempts)
             try c.encode(battery, forKey: .battery)
             try c.encode(services, forKey: .services)
+            try c.encode(autoConnect, forKey: .autoConnect)
+            try c.encode(nextDeadline, forKey: .nextDeadline)
         }
     }
 

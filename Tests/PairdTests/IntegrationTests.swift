@@ -145,13 +145,18 @@ struct IntegrationTests {
         o = try doc()
         let d = try #require((o["devices"] as? [[String: Any]])?.first)
         #expect(Set(d.keys).isSuperset(of: ["address", "name", "state", "wanted", "since", "lastDisconnect",
-                                             "reconnectAttempts", "battery"]), "\(d.keys.sorted())")
+                                             "reconnectAttempts", "battery", "services", "autoConnect",
+                                             "nextDeadline"]), "\(d.keys.sorted())")
         #expect(d["address"] as? String == watch)
         #expect(d["state"] as? String == "waitingForDevice")
         #expect(d["wanted"] as? String == "connected")
         #expect(iso8601(d["since"]), "since \(String(describing: d["since"]))")
         #expect(d["reconnectAttempts"] is Int)
         #expect(d["battery"] is NSNull || d["battery"] is Int)
+        #expect(d["autoConnect"] is Bool)
+        // the mock has no GattManager1: not armed, so paird's fallback Connect() timer runs
+        #expect(d["autoConnect"] as? Bool == false)
+        #expect(iso8601(d["nextDeadline"]), "nextDeadline \(String(describing: d["nextDeadline"]))")
         let last = try #require(d["lastDisconnect"] as? [String: Any])
         #expect(Set(last.keys) == ["reason", "at"], "\(last)")
         #expect(last["reason"] is String)
@@ -204,10 +209,16 @@ struct IntegrationTests {
         // The countdowns are armed in the same batch as the move, so the log has them by now.
         let after = String(host.log().dropFirst(logBefore))
         let fallbackArmed = after.split(separator: "\n").contains { $0.contains("action: arm(") && $0.contains("fallbackConnect") }
+        let d = try #require(try host.status().devices.first)
+        let text = host.pairctl("status").out
         if registrationAccepted {
             #expect(!fallbackArmed, "no timer while the kernel's auto-connect waits")
+            #expect(d.autoConnect && d.nextDeadline == nil, "status: \(d)")
+            #expect(text.contains("waiting on BlueZ's auto-connect (no timer)"), "\(text)")
         } else {
             #expect(fallbackArmed)
+            #expect(!d.autoConnect && d.nextDeadline != nil, "status: \(d)")
+            #expect(text.contains("paird's own Connect() timer at"), "\(text)")
             try waitFor("the fallback Connect()", deadline: 15) { host.calls("Connect") == connects + 1 }
         }
     }

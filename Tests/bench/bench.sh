@@ -64,7 +64,10 @@ mkdir -p "$RES"
 cat "$RES/meta.txt" >&2
 
 # BENCH_PARALLEL=N: every approach in VMs of its own, N per approach, all running at once (boots
-# staggered by BENCH_STAGGER s, default 30).  The first VM of an approach takes its 5 s and 60 s
+# staggered by BENCH_STAGGER s, default 30; with 300 s reps only, 315 s / the number of VMs spreads
+# the returns out evenly).  Meant for the 300 s reps: VMs in their 5 s reps (the wearable streaming
+# at 10 Hz most of the time) load the 2 host CPUs so much that 4 of them at once pushed the host's
+# load average to 12 and the links took seconds instead of ~0.1 s (tried; discarded).  The first VM of an approach takes its 5 s and 60 s
 # reps and a share of the 300 s reps, the others the rest, so that the VMs take about as long.
 # Side by side in one run (same hours, same host load) instead of one approach after another, and
 # no GattProfile1 left behind by one approach on another's wearable.  The host's load average is
@@ -77,8 +80,8 @@ reconnect_parallel() {
   k1=$(( (t / n - r5 * 20 - r60 * 75 + 157) / 315 )); ((k1 < 0)) && k1=0; ((k1 > r300)) && k1=$r300
   (while :; do echo "$(date +%s) $(cut -d' ' -f1-3 /proc/loadavg)"; sleep 30; done) >"$RES/loadavg.txt" &
   local sampler=$!
-  for a in "${names[@]}"; do
-    for ((k = 1; k <= n; k++)); do
+  for ((k = 1; k <= n; k++)); do   # VM k of every approach, then k+1: each approach's VMs spread out
+    for a in "${names[@]}"; do
       local p5=0 p60=0 p300
       if ((k == 1)); then p5=$r5; p60=$r60; p300=$k1
       else p300=$(( (r300 - k1) / (n - 1) + (k - 2 < (r300 - k1) % (n - 1) ? 1 : 0) )); fi

@@ -65,6 +65,10 @@ def main():
         check(conn1 - conn0 == 0, f"no Device1.Connect() while waiting on the auto-connect (got {conn1 - conn0})")
         check(cpu1 - cpu0 < 2.0, f"< 2 CPU-seconds in 60 s (got {cpu1 - cpu0:.2f})")
         check(sw1 - sw0 <= 60, f"≤ 60 wake-ups in 60 s, the idle goal (no watchdog in plain mode; got {sw1 - sw0})")
+        d = p.device()
+        check(d["autoConnect"] is True and d["nextDeadline"] is None,
+              f"status says it waits on the auto-connect with no timer (autoConnect={d['autoConnect']}, "
+              f"nextDeadline={d['nextDeadline']})")
     with step("back after 60 s → connected, notifications flow (no pairctl command)"):
         come_back(p, w, watch)
         d = p.device()
