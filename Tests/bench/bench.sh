@@ -1,7 +1,8 @@
 #!/bin/bash
 # Tests/bench/bench.sh: the project's reproducible benchmarks (programs that print figures, never
 # tests).  `make bench` runs it after PairingBench.  Results: .build-bench/results/<time>/
-# (JSON lines + report.md, the tables of BENCHMARKS.md); VM logs in testbed-out/bench-*/.
+# (JSON lines + report.md, the tables of BENCHMARKS.md); VM logs in testbed-out/bench-*/
+# (with BENCH_PARALLEL: testbed-out/bench-<time>/reconnect-<approach>-<k>/).
 #
 #   Tests/bench/bench.sh [--quick] [scale] [native] [reconnect] [costs]     (default: all four)
 #
@@ -86,7 +87,7 @@ reconnect_parallel() {
       if ((k == 1)); then p5=$r5; p60=$r60; p300=$k1
       else p300=$(( (r300 - k1) / (n - 1) + (k - 2 < (r300 - k1) % (n - 1) ? 1 : 0) )); fi
       ((p5 + p60 + p300 > 0)) || continue
-      local out=$REPO/testbed-out/bench-reconnect-$a-$k
+      local out=$REPO/testbed-out/bench-${RES##*/}/reconnect-$a-$k   # per run: a later run keeps it
       say "reconnect: $a, VM $k of $n: 5 s × $p5, 60 s × $p60, 300 s × $p300 → $out"
       BED_X_ONLY=$a BED_X_REPS5=$p5 BED_X_REPS60=$p60 BED_X_REPS300=$p300 BED_X_PYLIB=$PYLIB \
         Tests/testbed/run-vm --timeout $(( 900 + p5 * 20 + p60 * 75 + p300 * 315 )) --out "$out" \
