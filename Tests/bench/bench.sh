@@ -68,14 +68,15 @@ cat "$RES/meta.txt" >&2
 # staggered by BENCH_STAGGER s, default 30; with 300 s reps only, 315 s / the number of VMs spreads
 # the returns out evenly).  Meant for the 300 s reps: VMs in their 5 s reps (the wearable streaming
 # at 10 Hz most of the time) load the 2 host CPUs so much that 4 of them at once pushed the host's
-# load average to 12 and the links took seconds instead of ~0.1 s (tried; discarded).  The first VM of an approach takes its 5 s and 60 s
-# reps and a share of the 300 s reps, the others the rest, so that the VMs take about as long.
+# load average to 12 and the links took seconds instead of ~0.1 s (tried; discarded).  The first
+# VM of an approach takes its 5 s and 60 s reps and a share of the 300 s reps, the others the
+# rest, so that the VMs take about as long.
 # Side by side in one run (same hours, same host load) instead of one approach after another, and
 # no GattProfile1 left behind by one approach on another's wearable.  The host's load average is
 # sampled every 30 s into loadavg.txt: the VMs share 2 CPUs (TCG), which adds noise to every row.
 reconnect_parallel() {
   local n=$BENCH_PARALLEL r5=${BENCH_REPS5:-20} r60=${BENCH_REPS60:-2} r300=${BENCH_REPS300:-0}
-  local names=(bluetoothctl bleak auto-connect paird) a k k1 share t pids=() outs=() tags=()
+  local names=(bluetoothctl bleak auto-connect paird) a k k1 t pids=() outs=() tags=()
   [[ -n ${BED_X_ONLY:-} ]] && IFS=, read -r -a names <<<"$BED_X_ONLY"
   t=$(( r5 * 20 + r60 * 75 + r300 * 315 ))
   k1=$(( (t / n - r5 * 20 - r60 * 75 + 157) / 315 )); ((k1 < 0)) && k1=0; ((k1 > r300)) && k1=$r300
