@@ -162,3 +162,28 @@ struct PersistedStateTests {
         #expect(throws: StateFileError.self) { try PersistedState.decode(dup.encoded()) }
     }
 }
+
+@Suite("The status document")
+struct StatusDocumentTests {
+    @Test("round-trips through its JSON, and a status from a paird without autoConnect / nextDeadline still reads")
+    func lenientDecoding() throws {
+        let at = Date(timeIntervalSince1970: 1_790_000_000)
+        let doc = StatusDocument(daemon: .init(running: true, version: "1"), adapter: nil, pairing: nil, devices: [
+            .init(address: "C0:FF:EE:00:00:01", name: "Pulse", state: "waitingForDevice", wanted: "connected", since: at,
+                  lastDisconnect: nil, reconnectAttempts: 0, battery: nil, services: [], autoConnect: true,
+                  nextDeadline: at.addingTimeInterval(60)),
+        ])
+        #expect(try StatusDocument.decode(doc.json()) == doc)
+
+        let old = """
+            {"daemon": {"running": true}, "adapter": null, "pairing": null, "devices": [
+              {"address": "C0:FF:EE:00:00:01", "name": "Pulse", "state": "connected", "wanted": "connected",
+               "since": "2026-09-21T12:26:40Z", "lastDisconnect": null, "reconnectAttempts": 0,
+               "battery": 87, "services": []}]}
+            """
+        let d = try #require(try StatusDocument.decode(old).devices.first)
+        #expect(d.autoConnect == false)
+        #expect(d.nextDeadline == nil)
+        #expect(d.battery == 87)
+    }
+}
