@@ -12,6 +12,7 @@ PKGS=(
   dbus                 # dbus-daemon (plain mode)
   systemd              # systemd-as-PID1 mode, journalctl
   python3 python3-dbus python3-gi   # scenarios + virtual wearable (Debian's /usr/bin/python3)
+  python3-venv                      # the Bumble wearable's venv (below)
   coreutils util-linux procps iproute2
 )
 
@@ -28,9 +29,30 @@ for p in "${PKGS[@]}"; do
   st=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
   [[ $st == installed ]] || missing+=("$p")
 done
+
+# The independent wearable stack: Google's Bumble (PyPI), pinned, in a venv made with Debian's
+# /usr/bin/python3 (a pyenv `python3` may come first on PATH) under the repository, so the guest
+# sees it at the same path (its /tmp and /var/tmp are fresh tmpfs). .build-*/ is gitignored.
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+BUMBLE_VERSION=0.0.236
+VENV=${BED_BUMBLE_VENV:-$REPO/.build-testbed/bumble-venv}
+have_bumble() {
+  "$VENV/bin/python" -c "import importlib.metadata as m, bumble.device; assert m.version('bumble') == '$BUMBLE_VERSION'" 2>/dev/null
+}
+ensure_bumble() {
+  have_bumble && { echo "install-deps: Bumble $BUMBLE_VERSION in $VENV"; return 0; }
+  echo "install-deps: making $VENV with Bumble $BUMBLE_VERSION"
+  rm -rf "$VENV"
+  mkdir -p "$(dirname "$VENV")"
+  /usr/bin/python3 -m venv "$VENV" || return 1
+  "$VENV/bin/pip" install --disable-pip-version-check -q "bumble==$BUMBLE_VERSION" || return 1
+  have_bumble || { echo "install-deps: bumble does not import from $VENV" >&2; return 1; }
+}
+
 if ((${#missing[@]} == 0)) && have_kernel; then
   echo "install-deps: all ${#PKGS[@]} packages and a 6.12 kernel present"
-  exit 0
+  ensure_bumble
+  exit
 fi
 
 SUDO=; [[ $(id -u) == 0 ]] || SUDO=sudo
@@ -56,4 +78,5 @@ if ! have_kernel; then
   }
 fi
 have_kernel || { echo "install-deps: no 6.12 kernel in /boot after installing" >&2; exit 1; }
+ensure_bumble || exit 1
 echo "install-deps: done"
