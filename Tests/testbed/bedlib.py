@@ -44,9 +44,6 @@ ADAPTER = "org.bluez.Adapter1"
 CHR = "org.bluez.GattCharacteristic1"
 BATTERY = "org.bluez.Battery1"
 
-CENTRAL_ADDR = "00:AA:01:00:00:00"   # hci0
-WEARABLE_ADDR = "00:AA:01:01:00:01"  # hci1
-
 HR_SVC = "0000180d-0000-1000-8000-00805f9b34fb"
 HR_MEAS = "00002a37-0000-1000-8000-00805f9b34fb"
 BAT_SVC = "0000180f-0000-1000-8000-00805f9b34fb"
@@ -213,32 +210,85 @@ def bluetoothd(action, timeout=90):
 
 
 # ------------------------------------------------------------------ the virtual wearable
-class Wearable:
-    """Handle on Tests/testbed/wearable.py (started here as a child process, log in $BED_OUT)."""
+CENTRAL_ADDR = "00:AA:01:00:00:00"   # hci0
+WEARABLE_ADDR = "00:AA:01:01:00:01"  # hci1's public address: the BlueZ twin's (wearable.py) only
+# Which wearable implementation Wearable.start() runs unless told: "bumble" (an independent
+# stack, Tests/testbed/bumble_wearable.py, the default) or "bluez" (wearable.py: the bed's own
+# bluetoothd on hci1, the BlueZ-to-BlueZ reference). e2e.sh sets it per run.
+WEARABLE_IMPL = os.environ.get("BED_WEARABLE", "bumble")
+BUMBLE_PY = os.environ.get("BED_BUMBLE_PYTHON") or os.path.join(
+    os.path.dirname(os.path.dirname(TESTBED)), ".build-testbed", "bumble-venv", "bin", "python")
+# the Bumble wearables' key stores (a disk on a real device: paird_cold_boot keeps it)
+WEARABLE_STATE_DIR = "/var/lib/bed-wearable"
 
-    def __init__(self, sock, proc=None):
-        self.sock, self.proc = sock, proc
+
+class Wearable:
+    """Handle on a virtual wearable started here as a child process (events in
+    $BED_OUT/wearable.log): Bumble (bumble_wearable.py, a profile) or the BlueZ twin
+    (wearable.py). Both speak the same control protocol."""
+
+    current = None   # the last one started: Paird's default device address
+
+    def __init__(self, sock, proc=None, impl=None, profile=None):
+        self.sock, self.proc, self.impl, self.profile = sock, proc, impl, profile
+        self.identity = None
 
     @classmethod
-    def start(cls, name="Pulse-1", adapter="hci1", battery=87, sock="/run/bed/wearable.sock",
-              deadline=20, away=False):
-        """Starts wearable.py and waits until it advertises (away=True: until it is registered
-        with bluetoothd, out of range: not advertising until `come-back`)."""
-        logf = open(os.path.join(OUT, "wearable.log"), "a")
-        proc = subprocess.Popen(["/usr/bin/python3", "-u", os.path.join(TESTBED, "wearable.py"),
-                                 "--name", name, "--adapter", adapter, "--battery", str(battery),
-                                 "--socket", sock] + (["--away"] if away else []),
-                                stdout=logf, stderr=subprocess.STDOUT)
-        w = cls(sock, proc)
+    def start(cls, name=None, adapter="hci1", battery=87, sock="/run/bed/wearable.sock",
+              deadline=None, away=False, profile="strap", impl=None, extra=()):
+        """Starts a wearable and waits until it advertises (away=True: until it is up but out
+        of range: not advertising until `come-back`). impl: "bumble" | "bluez" (default
+        $BED_WEARABLE, else bumble); profile: strap | watch-passkey | watch-confirm | ring
+        (Bumble; the twin has one layout of its own: HR + battery + vendor, public address)."""
+        impl = impl or WEARABLE_IMPL
+        tag = "" if sock == "/run/bed/wearable.sock" else "-" + os.path.basename(sock).rsplit(".", 1)[0]
+        logf = open(os.path.join(OUT, f"wearable{tag}.log"), "a")
+        if impl == "bluez":
+            name = name or "Pulse-1"
+            args = ["/usr/bin/python3", "-u", os.path.join(TESTBED, "wearable.py"),
+                    "--name", name, "--adapter", adapter, "--battery", str(battery), "--socket", sock]
+            deadline = deadline or 20
+        elif impl == "bumble":
+            if not os.access(BUMBLE_PY, os.X_OK):
+                raise BedError(f"no Bumble venv at {BUMBLE_PY} (run Tests/testbed/install-deps.sh)")
+            args = [BUMBLE_PY, "-u", os.path.join(TESTBED, "bumble_wearable.py"), "--profile", profile,
+                    "--hci", adapter.removeprefix("hci"), "--battery", str(battery), "--socket", sock,
+                    "--bumble-log", os.path.join(OUT, f"bumble{tag}.log")] + (["--name", name] if name else [])
+            # Bumble's start-up under TCG: 2.7-3.7 s, 7.9 s seen under load (README)
+            deadline = deadline or 45
+        else:
+            raise BedError(f"unknown wearable implementation {impl!r} (BED_WEARABLE=bumble|bluez)")
+        args += (["--away"] if away else []) + list(extra)
+        log(f"wearable: {impl} {profile if impl == 'bumble' else 'twin'} on {adapter}")
+        proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT)
+        w = cls(sock, proc, impl, profile if impl == "bumble" else "twin")
         at_exit(w.stop)
 
         def up():
             if proc.poll() is not None:
-                raise BedFatal(f"wearable.py exited with {proc.returncode} (see wearable.log)")
+                raise BedFatal(f"the {impl} wearable exited with {proc.returncode} (see {logf.name})")
             st = w.cmd("status", timeout=5)
             return st if (st["registered"] if away else st["advertising"]) else None
-        wait_for(up, deadline, f"wearable {name} {'registered (away)' if away else 'advertising'} on {adapter}")
+        st = wait_for(up, deadline, f"{impl} wearable {name or profile} "
+                      f"{'up (away)' if away else 'advertising'} on {adapter}")
+        w.identity = st["identity_address"]
+        log(f"wearable up: {st['name']} identity {st['identity_address']} ({st['identity_address_type']}), "
+            f"advertising as {st['address']} ({st.get('address_kind', st['address_type'])})")
+        Wearable.current = w
         return w
+
+    @property
+    def address(self):
+        """The identity address: what BlueZ's Device1.Address says once bonded, and paird's key."""
+        return self.identity
+
+    @property
+    def name(self):
+        return self.status()["name"]
+
+    def has(self, service):
+        """Whether the wearable's GATT database has `service` ("hr", "battery", "vendor")."""
+        return service in self.status()["services"]
 
     def cmd(self, line, timeout=30):
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -401,7 +451,18 @@ class Central:
                 if DEVICE in i and str(p).startswith(self.apath + "/")}
 
     def device_path(self, address):
+        """The object path BlueZ gives a device first seen at `address`. A device with
+        resolvable private addresses keeps the path of the first RPA seen until bluetoothd
+        restarts: find those with device_by_address()."""
         return f"{self.apath}/dev_{address.upper().replace(':', '_')}"
+
+    def device_by_address(self, address):
+        """The path of the device whose Device1.Address is `address` (an identity address
+        after bonding), or None: key on Address, never on the path."""
+        for p, d in self.devices().items():
+            if str(d.get("Address", "")).upper() == address.upper():
+                return p
+        return None
 
     def discover(self, uuid=None, name=None, deadline=20):
         """SetDiscoveryFilter(UUIDs, Transport=le) + StartDiscovery; return the device path."""
@@ -719,18 +780,26 @@ class Paird:
             raise BedError(f"pairctl status --json exited {rc}: {err.strip()}")
         return json.loads(out)
 
-    def device(self, address=WEARABLE_ADDR):
+    @staticmethod
+    def _addr(address):
+        if address:
+            return address
+        return Wearable.current.address if Wearable.current else WEARABLE_ADDR
+
+    def device(self, address=None):
+        address = self._addr(address)
         for d in self.status()["devices"]:
             if d["address"] == address:
                 return d
         return None
 
-    def state(self, address=WEARABLE_ADDR):
+    def state(self, address=None):
         d = self.device(address)
         return d["state"] if d else None
 
-    def wait_state(self, state, deadline, address=WEARABLE_ADDR):
+    def wait_state(self, state, deadline, address=None):
         """Poll `pairctl status --json` until the device is in `state`; returns the device dict."""
+        address = self._addr(address)
         seen = []
 
         def check_state():

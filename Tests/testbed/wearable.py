@@ -18,7 +18,8 @@ GATT application and agent whenever bluetoothd comes back (NameOwnerChanged org.
 
 Control: a UNIX stream socket (default /run/bed/wearable.sock); one command per line, one
 reply line per command: "ok <json>" or "err <message>".  Commands:
-  status                    {"advertising", "connected", "central", "handle", "subscribed", "battery", "bonded", ...}
+  status                    {"impl": "bluez", "address", "identity_address", "advertising", "connected",
+                             "central", "handle", "subscribed", "battery", "bonded", ...}
   walk-away                 stop advertising + HCI_Disconnect reason 0x08 (= supervision timeout)
   come-back                 advertise again
   reboot                    HCI_Disconnect reason 0x13 (remote user terminated), advertise again
@@ -417,7 +418,14 @@ class Wearable:
             self.vecho.set_value(data)
 
     def status(self):
-        st = {"name": self.args.name, "adapter": self.args.adapter, "registered": self.registered,
+        try:
+            addr = str(self.bluez(self.adapter_path, PROPS).Get("org.bluez.Adapter1", "Address"))
+        except dbus.exceptions.DBusException:
+            addr = None
+        st = {"impl": "bluez", "profile": "twin", "address": addr, "address_type": "public",
+              "address_kind": "public", "identity_address": addr, "identity_address_type": "public",
+              "services": ["hr", "battery", "vendor"],
+              "name": self.args.name, "adapter": self.args.adapter, "registered": self.registered,
               "advertising": self.advertising, "battery": self.battery, "bpm": self.bpm,
               "subscribed": {"hr": self.hr.notifying, "battery": self.bat.notifying,
                              "echo": self.vecho.notifying},
