@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-# testbed: mode=plain timeout=420
+# testbed: mode=plain timeout=420 wearables=strap
 """The Swift BlueZ client alone (Sources/bluez-probe, no daemon) against real bluetoothd 5.66:
 discover, pair, GATT set-up, notifications, walk-away and come-back (auto-connect armed by the
 client's GattProfile1, Connect() fallback), bluetoothd restart (registrations redone, reconnect).

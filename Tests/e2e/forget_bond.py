@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-# testbed: mode=plain timeout=300
+# testbed: mode=plain timeout=300 wearables=strap
 """The wearable forgets its bond (factory reset): what the central sees on BlueZ 5.66, and that
 removing the stale bond on the central + pairing again recovers."""
 import subprocess

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-# testbed: mode=plain timeout=420
+# testbed: mode=plain timeout=420 wearables=strap twin=yes
 """Issue scenario 2 (5 s and 60 s): the wearable walks out of range → waitingForDevice with a
 lastDisconnect; while it is away paird leaves the wait to the kernel's auto-connect (its
 GattProfile1 is registered: no Connect() at all) and uses (almost) no CPU; it comes back after 5 s

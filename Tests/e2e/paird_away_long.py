@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-# testbed: mode=plain timeout=600
+# testbed: mode=plain timeout=600 wearables=strap
 """Issue scenario 2 (5 minutes): the wearable stays out of range for 5 min → paird keeps
 waiting (waitingForDevice) at almost no CPU and without a single Connect() (the kernel's
 auto-connect, armed by paird's GattProfile1, does the waiting; the fallback Connect() every

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-# testbed: mode=plain timeout=360
+# testbed: mode=plain timeout=360 wearables=strap
 """Issue scenario 9: bad input gets clear errors and the right exit codes, and nothing is lost:
 malformed addresses and options (64), an unknown device (7), a user in the bluetooth group
 (allowed), a user outside root/bluetooth
@@ -58,17 +58,17 @@ def main():
 
     with step("user nobody (no bluetooth group): Pair/Connect/Unpair → 4 access denied; status → 0"):
         expect(p, 4, "pair", "--service", "180d", user="nobody", text="access denied")
-        expect(p, 4, "disconnect", WEARABLE_ADDR, user="nobody", text="access denied")
-        expect(p, 4, "unpair", WEARABLE_ADDR, user="nobody", text="access denied")
+        expect(p, 4, "disconnect", w.address, user="nobody", text="access denied")
+        expect(p, 4, "unpair", w.address, user="nobody", text="access denied")
         out, _ = expect(p, 0, "status", "--json", user="nobody")
         check(json.loads(out)["devices"][0]["state"] == "connected", "nobody reads state connected")
         expect(p, 0, "list", user="nobody")
         check(p.state() == "connected", "nothing changed: still connected")
 
     with step("user nobody in the bluetooth group (the policy's one group): disconnect, connect → 0"):
-        expect(p, 0, "disconnect", WEARABLE_ADDR, user="nobody", groups="bluetooth")
+        expect(p, 0, "disconnect", w.address, user="nobody", groups="bluetooth")
         p.wait_state("disconnected", 20)
-        expect(p, 0, "connect", WEARABLE_ADDR, user="nobody", groups="bluetooth")
+        expect(p, 0, "connect", w.address, user="nobody", groups="bluetooth")
         p.wait_state("connected", 60)
 
     with step("corrupt state file → quarantined as state.json.corrupt-*, paird runs and says so"):

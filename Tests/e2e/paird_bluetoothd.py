@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-# testbed: mode=plain timeout=360
+# testbed: mode=plain timeout=360 wearables=strap twin=yes
 """Issue scenario 7: bluetoothd restarted → paird shows adapterUnavailable, then connected again
 without help; the adapter powered off and on (btmgmt) → the same."""
 from bedlib import *

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-# testbed: mode=plain timeout=360
+# testbed: mode=plain timeout=360 wearables=strap
 """Issue scenario 5: `pairctl disconnect` → disconnected and it stays down (the wearable sees the
 disconnect and no reconnect within 20 s, even while advertising), also across a paird restart;
 `pairctl connect` → connected again."""

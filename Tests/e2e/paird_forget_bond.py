@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-# testbed: mode=plain timeout=360
+# testbed: mode=plain timeout=360 wearables=strap twin=yes
 """Issue scenario 6: the wearable forgets its bond (factory reset) → paird marks it needsRepair
 after SetupFailuresBeforeRepair (3) failed link setups, makes no reconnect loop, and
 `pairctl pair` repairs it.
@@ -44,7 +44,7 @@ def main():
         except BedError:
             blocked_by_kernel_bug()
             c = Central("hci0")
-            dev = c.device_path(WEARABLE_ADDR)
+            dev = c.device_path(w.address)
             bz = c.props(dev)
             log(f"BlueZ on the central: Connected={bool(bz['Connected'])} ServicesResolved="
                 f"{bool(bz['ServicesResolved'])} Paired={bool(bz['Paired'])}; paird: {p.state()}")

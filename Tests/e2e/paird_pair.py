@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-# testbed: mode=plain timeout=240
+# testbed: mode=plain timeout=240 wearables=strap twin=yes
 """Issue scenario 1: `pairctl pair --service 180d` pairs the virtual wearable with progress lines
 and exit 0; `pairctl status --json` shows it connected with its battery level; heart-rate
 notifications reach `pairctl watch`."""
@@ -27,7 +27,7 @@ def main():
         text = "\n".join(lines)
         check(lines[0].startswith("scanning"), "first line: scanning…")
         # btvirt reports no RSSI (0x7f, "not available"): the bed's line has no ", -NN dBm".
-        found = [l for l in lines if re.fullmatch(rf"found Pulse-1 \({WEARABLE_ADDR}(, -?\d+ dBm)?\)", l)]
+        found = [l for l in lines if re.fullmatch(rf"found Pulse-1 \({w.address}(, -?\d+ dBm)?\)", l)]
         check(found, f"found line: {found}")
         check("pairing…" in text, "pairing…")
         check(lines[-1].startswith("connected"), f"last line: {lines[-1]}")
@@ -38,10 +38,10 @@ def main():
         check(d["name"] == "Pulse-1" and d["wanted"] == "connected", f"name/wanted: {d['name']}/{d['wanted']}")
         check(d["lastDisconnect"] is None and p.status()["pairing"] is None, "no lastDisconnect, pairing null")
         state = json.load(open(PAIRD_STATE))
-        check(WEARABLE_ADDR in json.dumps(state), "state file lists the wearable")
+        check(w.address in json.dumps(state), "state file lists the wearable")
         check(oct(os.stat(PAIRD_STATE).st_mode & 0o777) == "0o600", "state file mode 0600")
         c = Central("hci0")
-        dev = c.device_path(WEARABLE_ADDR)
+        dev = c.device_path(w.address)
         check(c.prop(dev, "Paired") and c.prop(dev, "Trusted"), "BlueZ: Paired=true, Trusted=true")
         check(w.status()["connected"], "the wearable sees a connection")
 
@@ -58,7 +58,7 @@ def main():
 
     with step("pairctl list / status (text)"):
         rc, out, _ = p.pairctl("list")
-        check(rc == 0 and WEARABLE_ADDR in out and "connected" in out, f"list: {out.strip()}")
+        check(rc == 0 and w.address in out and "connected" in out, f"list: {out.strip()}")
         rc, out, _ = p.pairctl("status")
         check(rc == 0 and "battery 55%" in out, f"status: {out.strip()}")
 

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-# testbed: mode=plain timeout=420
+# testbed: mode=plain timeout=420 wearables=strap
 """Issue scenarios 3 and 4: paird restarted while the wearable is connected adopts the link (the
 wearable sees no disconnect; connected within ~1 s of READY); restarted while the wearable is away,
 it reconnects when the wearable comes back; a "cold start" (paird stopped, bluetoothd restarted,
@@ -33,13 +33,13 @@ def main():
         connects = bluez_connect_attempts()
         t_ready = p.start()
         # paird's own STATUS= lines (sd_notify, received on our NOTIFY_SOCKET) time it exactly
-        t_conn, line = p.wait_note(lambda n: n.startswith("STATUS=") and n.endswith(f"({WEARABLE_ADDR}) connected"),
+        t_conn, line = p.wait_note(lambda n: n.startswith("STATUS=") and n.endswith(f"({w.address}) connected"),
                                    10, "STATUS=… connected")
         # A figure, not a pass mark (tests do not assert on time; Tests/bench measures adoption):
         log(f"MEASURED connected {t_conn - t_ready:.2f} s after READY ({line})")
-        statuses = [n for _, n in p.notes if n.startswith("STATUS=") and WEARABLE_ADDR in n]
+        statuses = [n for _, n in p.notes if n.startswith("STATUS=") and w.address in n]
         upto = statuses[:statuses.index(line) + 1]
-        check(not any(f"({WEARABLE_ADDR}) connecting" in n or "waiting" in n for n in upto),
+        check(not any(f"({w.address}) connecting" in n or "waiting" in n for n in upto),
               f"adopted: never connecting or waiting on the way: {upto}")
         check(bluez_connect_attempts() == connects, "no Device1.Connect() reached bluetoothd")
         d = p.wait_state("connected", 10)
@@ -75,7 +75,7 @@ def main():
         bluetoothd("restart")
         wait_for(lambda: w.status()["advertising"], 20, "wearable advertising again after bluetoothd restart")
         t = p.start()
-        t_conn, _ = p.wait_note(lambda n: n.startswith("STATUS=") and n.endswith(f"({WEARABLE_ADDR}) connected"),
+        t_conn, _ = p.wait_note(lambda n: n.startswith("STATUS=") and n.endswith(f"({w.address}) connected"),
                                 60, "STATUS=… connected")
         log(f"connected {t_conn - t:.2f} s after READY (cold start)")
         d = p.wait_state("connected", 10)

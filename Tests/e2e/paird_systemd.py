@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-# testbed: mode=systemd timeout=420
+# testbed: mode=systemd timeout=420 wearables=strap
 """Issue scenario 10: paird under systemd (systemd/paird.service as shipped, user paird, a
 drop-in with WatchdogSec=3s): `systemctl start` returns once READY=1 arrived (Type=notify);
 StatusText shows the STATUS= line; `journalctl -u paird -o json` carries MESSAGE_ID and
@@ -54,7 +54,7 @@ def main():
         def entry(mid):
             return [e for e in journal() if e.get("MESSAGE_ID") == mid]
         paired = wait_for(lambda: entry(MSG_PAIRED), 10, "a 'paired' entry")[-1]
-        check(paired.get("PAIRD_DEVICE") == WEARABLE_ADDR, f"PAIRD_DEVICE={paired.get('PAIRD_DEVICE')}")
+        check(paired.get("PAIRD_DEVICE") == w.address, f"PAIRD_DEVICE={paired.get('PAIRD_DEVICE')}")
         check(paired.get("PAIRD_STATE"), f"PAIRD_STATE={paired.get('PAIRD_STATE')}")
         check(paired.get("PRIORITY") in ("5", "6"), f"PRIORITY={paired.get('PRIORITY')}")
         log(f"paired entry: MESSAGE={paired.get('MESSAGE')!r} PAIRD_STATE={paired.get('PAIRD_STATE')}")

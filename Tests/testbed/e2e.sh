@@ -2,8 +2,10 @@
 # e2e.sh [SCENARIO...] — the real-BlueZ end-to-end tier (`make e2e`).
 # Installs the bed's packages if missing, then runs every scenario in Tests/e2e (files with a
 # "# testbed: mode=… timeout=…" header) in its own VM via run-vm, or only the named ones
-# (path, file name, or name without extension).  Prints PASS/FAIL per scenario with its
-# duration and a final "N passed, N failed, N skipped"; exits 1 if any failed. A scenario that
+# (path, file name, or name without extension).  Prints PASS/FAIL per (scenario, wearable
+# implementation) — "PASS  paird_pair [bumble]", "PASS  paird_pair [bluez]" — with its duration
+# and a final "N passed, N failed, N skipped"; exits 1 if any failed. Logs of each run go to
+# testbed-out/<scenario>@<implementation>/ (testbed-out/<scenario>/ without a wearable). A scenario that
 # exits 0 after calling bedlib's skip() (it writes $BED_OUT/SKIPPED) counts as skipped.
 # PAIRD_BIN / PAIRCTL_BIN default to the release build (.build/release/{paird,pairctl}).
 # A failed scenario gets one retry on a fresh VM (E2E_RETRIES=0 turns that off), and one more
@@ -38,14 +40,30 @@ fi
 # the same BlueZ bug another way) line of a run's dmesg, if bluetoothd crashed in it.
 btd_segfault() { grep -hoE 'bluetoothd\[[0-9]+\]:? (segfault|general protection fault).{0,60}' "$1/dmesg.log" 2>/dev/null | head -n1; }
 
+# Which wearable implementations run a scenario: its header's `wearables=PROFILE[,…]` says it
+# needs a wearable (run on Bumble, the default, with those profiles); `twin=yes` adds a run on
+# the BlueZ twin (wearable.py, the BlueZ-to-BlueZ reference). No `wearables=`: one run, no
+# wearable. BED_WEARABLE=bumble|bluez (set by hand) runs only that implementation.
+impls_of() {
+  local hdr; hdr=$(head -n 20 "$1" | grep -m1 -E '^(#|//) *testbed:' || true)
+  if [[ ! $hdr =~ wearables=([a-z,-]+) ]]; then echo none; return; fi
+  if [[ -n ${BED_WEARABLE:-} ]]; then echo "$BED_WEARABLE"; return; fi
+  echo bumble; [[ $hdr =~ twin=yes ]] && echo bluez
+}
+runs=()
+for s in "${scenarios[@]}"; do for i in $(impls_of "$s"); do runs+=("$i:$s"); done; done
+
 pass=0; fail=0; skip=0; summary=(); t_all=$SECONDS
-for s in "${scenarios[@]}"; do
+for r in "${runs[@]}"; do
+  impl=${r%%:*}; s=${r#*:}
   name=$(basename "${s%.*}")
-  printf '\n\033[1m=== %s\033[0m\n' "$name"
+  if [[ $impl == none ]]; then label=$name; runname=$name; else label="$name [$impl]"; runname=$name@$impl; fi
+  export BED_WEARABLE=${impl/none/bumble}
+  printf '\n\033[1m=== %s\033[0m\n' "$label"
   t0=$(date +%s.%N)
-  "$TB/run-vm" "$s"
+  "$TB/run-vm" --name "$runname" "$s"
   rc=$?
-  out=$(realpath -m "$TB/../../testbed-out/$name")
+  out=$(realpath -m "$TB/../../testbed-out/$runname")
   note=""; tries=1; retries=${E2E_RETRIES:-1}; crash_retry=$((retries > 0))
   while ((rc != 0)); do
     seg=$(btd_segfault "$out")
@@ -62,17 +80,17 @@ for s in "${scenarios[@]}"; do
     rm -rf "$out-try$tries"; mv "$out" "$out-try$tries" 2>/dev/null
     note+=" — NEEDED A RETRY: run $tries exit $rc${seg:+ (bluetoothd segfaulted: $seg)}, logs $out-try$tries"
     printf '\n\033[1m=== %s: failed (exit %d)%s; retry on a fresh VM, logs of that run in %s\033[0m\n' \
-      "$name" "$rc" "${seg:+, bluetoothd segfaulted}" "$out-try$tries"
+      "$label" "$rc" "${seg:+, bluetoothd segfaulted}" "$out-try$tries"
     tries=$((tries + 1))
-    "$TB/run-vm" "$s"
+    "$TB/run-vm" --name "$runname" "$s"
     rc=$?
   done
   seg=$(btd_segfault "$out")
   [[ -n $seg ]] && note+=" — bluetoothd segfaulted in the last run: $seg"
   dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
-  if ((rc == 0)) && [[ -f $out/SKIPPED ]]; then skip=$((skip + 1)); summary+=("SKIP  $name  (${dt} s)$note: $(head -c 300 "$out/SKIPPED")")
-  elif ((rc == 0)); then pass=$((pass + 1)); summary+=("PASS  $name  (${dt} s)$note")
-  else fail=$((fail + 1)); summary+=("FAIL  $name  (${dt} s, exit $rc; logs: $(realpath -m "$TB/../../testbed-out/$name"))$note"); fi
+  if ((rc == 0)) && [[ -f $out/SKIPPED ]]; then skip=$((skip + 1)); summary+=("SKIP  $label  (${dt} s)$note: $(head -c 300 "$out/SKIPPED")")
+  elif ((rc == 0)); then pass=$((pass + 1)); summary+=("PASS  $label  (${dt} s)$note")
+  else fail=$((fail + 1)); summary+=("FAIL  $label  (${dt} s, exit $rc; logs: $out)$note"); fi
 done
 printf '\n\033[1m=== e2e summary (%d s)\033[0m\n' $((SECONDS - t_all))
 printf '%s\n' "${summary[@]}"
