@@ -339,12 +339,28 @@ class Wearable:
 
 # ------------------------------------------------------------------ central side (BlueZ on hci0)
 class Agent(dbus.service.Object):
-    """NoInputNoOutput agent that accepts everything."""
+    """The central's agent: accepts everything. Registered as NoInputNoOutput by default; as
+    KeyboardDisplay it answers RequestPasskey with `passkey()` (e.g. what the wearable shows)
+    and accepts RequestConfirmation (the scenario compares the number from `calls`)."""
 
     def __init__(self, bus, path="/org/bedtest/central_agent"):
         super().__init__(bus, path)
         self.path = path
         self.calls = []
+        self.passkey = None      # callable → int, for RequestPasskey
+
+    @dbus.service.method("org.bluez.Agent1", in_signature="o", out_signature="u")
+    def RequestPasskey(self, dev):
+        if self.passkey is None:
+            self._c("RequestPasskey", str(dev), None)
+            raise dbus.exceptions.DBusException("no passkey source", name="org.bluez.Error.Rejected")
+        key = int(self.passkey())
+        self._c("RequestPasskey", str(dev), key)
+        return dbus.UInt32(key)
+
+    @dbus.service.method("org.bluez.Agent1", in_signature="ouq")
+    def DisplayPasskey(self, dev, passkey, entered):
+        self._c("DisplayPasskey", str(dev), int(passkey))
 
     def _c(self, *a):
         self.calls.append(a)

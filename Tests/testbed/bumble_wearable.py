@@ -65,7 +65,7 @@ PROFILES = {
                           readvertise=(1.0, 1.0), security="encrypted"),
     "ring": dict(name="Ring-1", address="F3:5A:B1:00:00:03", io=IO.NO_OUTPUT_NO_INPUT, mitm=False,
                  privacy=False, services=("hr", "battery"), adv_ms=(1000, 2000),
-                 readvertise=(1.0, 2.0), security="none"),
+                 readvertise=(1.0, 2.0), security="none", adv_counter=True),
 }
 
 
@@ -205,6 +205,11 @@ class Wearable:
         if "vendor" in self.p["services"]:
             parts.append((AdvertisingData.COMPLETE_LIST_OF_128_BIT_SERVICE_CLASS_UUIDS,
                           bytes(UUID(VENDOR_SVC))))
+        if self.p.get("adv_counter"):
+            # a rolling advertising counter (company 0xFFFF, "none"): each advertisement differs,
+            # so a central can count them (bluetoothd updates ManufacturerData per report)
+            parts.append((AdvertisingData.MANUFACTURER_SPECIFIC_DATA,
+                          b"\xff\xff" + bytes([self.adv_reports & 0xFF])))
         name = (AdvertisingData.COMPLETE_LOCAL_NAME, self.name.encode())
         adv = bytes(AdvertisingData(parts + [name]))
         if len(adv) <= 31:
@@ -256,6 +261,10 @@ class Wearable:
                     if self.conn is None and self.advertising:
                         s = self.device.legacy_advertising_set
                         try:
+                            if self.p.get("adv_counter"):
+                                self.adv_reports += 1
+                                await self.start_advertising()   # new data each time
+                                continue
                             if s is not None:
                                 await s.stop()
                                 await s.start()
