@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-# testbed: mode=plain timeout=420 wearables=strap,watch-passkey,watch-confirm,ring
+# testbed: mode=plain timeout=420 wearables=strap,watch-passkey,watch-confirm,ring twin=no-bumble-only
 """Bed self-test (no paird): each Bumble wearable profile, one after the other on hci1, as BlueZ
 on hci0 (bedlib.Central) sees it.
   strap          a random static address (Device1.AddressType random, top bits 11), Just Works
@@ -133,7 +133,7 @@ def main():
 
     # ---------------------------------------------------------------- ring
     w = Wearable.start(profile="ring", impl="bumble", battery=30,
-                       extra=["--drop-every", "8", "--drop-away", "3", "--drain-every", "2"])
+                       extra=["--drop-every", "8", "--drop-away", "3", "--drain-every", "0"])
     with step("ring: advertises slowly (1-2 s apart, counted on the central)"):
         ad = c.iface(c.apath, ADAPTER)
         ad.SetDiscoveryFilter({"Transport": "le", "DuplicateData": True})
@@ -162,6 +162,7 @@ def main():
         bat = c.char(dev, BAT_LVL)
         t_sub = now()
         c.start_notify(bat)
+        w.cmd("drain 1.5")      # from 30 %: 25, 20, 15 … while the link is up
         t = now()
         seq = w.last_seq()
         wait_for(lambda: c.seen(dev, DEVICE, "Connected", False, since=t), 20, "the ring dropping its link")

@@ -14,8 +14,9 @@ Profiles (Tests/testbed/README.md has the table):
                  (status "passkey", event "passkey"); vendor 128-bit service write + notify;
                  `firmware-update` adds a characteristic (handles move) and sends Service Changed
   watch-confirm  the same, DisplayYesNo: numeric comparison (status/event "compare")
-  ring           advertising every 1-2 s, drops its link by itself every --drop-every s
-                 (HCI reason 0x08, as a supervision timeout), battery draining to low
+  ring           advertising every 1-2 s (a rolling counter in its manufacturer data), drops its
+                 link by itself every --drop-every s (HCI reason 0x08, as a supervision timeout),
+                 battery draining by 5 % every --drain-every s down to 5 % (`drain S` changes it)
 
 Control protocol: the same as wearable.py (the BlueZ twin), so bedlib.Wearable and wearablectl
 drive either: a UNIX stream socket, one command per line, one reply "ok <JSON>" / "err <why>".
@@ -367,6 +368,7 @@ class Wearable:
             await asyncio.sleep(self.args.drain_every)
             if self.battery > 5:
                 await self.set_battery(max(5, self.battery - 5))
+        self.drain_task = None
 
     async def set_battery(self, n):
         self.battery = n
@@ -455,6 +457,14 @@ class Wearable:
                 raise ValueError("usage: battery 0..100")
             notified = await self.set_battery(int(args[0]))
             return {"battery": self.battery, "notified": notified}
+        if cmd == "drain":
+            # the battery drains by 5 % every S s down to 5 % (0 stops it)
+            if len(args) != 1:
+                raise ValueError("usage: drain SECONDS (0 = stop)")
+            self.args.drain_every = float(args[0])
+            if self.args.drain_every > 0 and self.drain_task is None:
+                self.drain_task = self.spawn(self.drain_loop())
+            return {"drain_every": self.args.drain_every, "battery": self.battery}
         if cmd == "rotate-rpa":
             if not self.p["privacy"]:
                 raise ValueError(f"profile {self.args.profile} has a static address")
@@ -565,8 +575,7 @@ class Wearable:
             self.spawn(coro)
         if self.p["privacy"] and self.args.rpa_period > 0:
             self.spawn(self.rpa_loop())
-        if self.args.drain_every > 0:
-            self.spawn(self.drain_loop())
+        self.drain_task = self.spawn(self.drain_loop()) if self.args.drain_every > 0 else None
         if self.want_adv:
             await self.start_adv()
         self.event("registered", adapter=f"hci{self.args.hci}")
@@ -574,9 +583,12 @@ class Wearable:
         server.close()
         for t in list(self.tasks):
             t.cancel()
-        if self.conn is not None:
-            await self.hci_disconnect(0x13)
-        await self.adv_off()
+        try:
+            if self.conn is not None:
+                await self.hci_disconnect(0x13)
+            await self.adv_off()
+        except Exception as e:  # noqa: BLE001 - going away anyway; say so
+            self.event("error", where="shutdown", error=f"{type(e).__name__}: {e}")
         await transport.close()
         self.event("stopped")
 

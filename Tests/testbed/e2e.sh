@@ -42,11 +42,13 @@ btd_segfault() { grep -hoE 'bluetoothd\[[0-9]+\]:? (segfault|general protection 
 
 # Which wearable implementations run a scenario: its header's `wearables=PROFILE[,…]` says it
 # needs a wearable (run on Bumble, the default, with those profiles); `twin=yes` adds a run on
-# the BlueZ twin (wearable.py, the BlueZ-to-BlueZ reference). No `wearables=`: one run, no
-# wearable. BED_WEARABLE=bumble|bluez (set by hand) runs only that implementation.
+# the BlueZ twin (wearable.py, the BlueZ-to-BlueZ reference); `twin=no-bumble-only` means the
+# scenario needs Bumble's profiles (it runs on Bumble even with BED_WEARABLE=bluez). No
+# `wearables=`: one run, no wearable. BED_WEARABLE=bumble|bluez (set by hand) runs only that one.
 impls_of() {
   local hdr; hdr=$(head -n 20 "$1" | grep -m1 -E '^(#|//) *testbed:' || true)
   if [[ ! $hdr =~ wearables=([a-z,-]+) ]]; then echo none; return; fi
+  if [[ $hdr =~ twin=no-bumble-only ]]; then echo bumble; return; fi   # Bumble profiles only
   if [[ -n ${BED_WEARABLE:-} ]]; then echo "$BED_WEARABLE"; return; fi
   echo bumble; [[ $hdr =~ twin=yes ]] && echo bluez
 }
