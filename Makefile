@@ -34,7 +34,8 @@ unit: deps release
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
 
-## e2e: the real kernel Bluetooth stack, bluetoothd 5.66 and a virtual wearable in a qemu VM.
+## e2e: the real kernel Bluetooth stack, bluetoothd 5.66 and virtual wearables in a qemu VM: Bumble
+## profiles (an independent BLE stack) for every scenario, the BlueZ twin for a core subset.
 e2e: release
 	Tests/testbed/e2e.sh
 
@@ -53,7 +54,7 @@ soak: deps release
 	$(SWIFT) build --build-tests
 	PAIRD_SOAK_KILLS=$${PAIRD_SOAK_KILLS:-200} $(SWIFT) test --skip-build --filter ReliabilityTests
 	Tests/testbed/install-deps.sh
-	PAIRD_BIN=$(CURDIR)/$(RELEASE_BIN)/paird PAIRCTL_BIN=$(CURDIR)/$(RELEASE_BIN)/pairctl Tests/testbed/run-vm --out testbed-out/soak Tests/bench/soak.py
+	BED_WEARABLE=bluez PAIRD_BIN=$(CURDIR)/$(RELEASE_BIN)/paird PAIRCTL_BIN=$(CURDIR)/$(RELEASE_BIN)/pairctl Tests/testbed/run-vm --out testbed-out/soak Tests/bench/soak.py
 
 install: release
 	install -D -m 0755 $(RELEASE_BIN)/paird   $(DESTDIR)$(PREFIX)/sbin/paird

@@ -52,6 +52,9 @@ BIN=$REPO/.build-bench/bin
 mkdir -p "$BIN"
 cp .build/release/paird .build/release/pairctl "$BIN/"
 export PAIRD_BIN=$BIN/paird PAIRCTL_BIN=$BIN/pairctl
+# The benchmarks drive the BlueZ twin (bench_wearable.py = wearable.py + knobs, hci1's public
+# address): bluetoothd must own hci1 (Tests/testbed/README.md, "Wearables").
+export BED_WEARABLE=bluez
 
 RES=$REPO/.build-bench/results/$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$RES"
