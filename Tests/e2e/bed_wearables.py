@@ -9,7 +9,8 @@ on hci0 (bedlib.Central) sees it.
                  (RequestPasskey answered with what the watch shows); encrypted vendor write +
                  notify; firmware-update → Service Changed → the new characteristic shows up on
                  the central and the moved ones get new object paths
-  watch-confirm  numeric comparison: RequestConfirmation's number is the one the watch shows
+  watch-confirm  numeric comparison: RequestConfirmation's number is the one the watch shows;
+                 a factory reset (forget-bond) + RemoveDevice, then paired again
   ring           slow advertising (1-2 s between advertisements, counted by the central through
                  the ring's rolling ManufacturerData), the ring drops its own link (the central's
                  bluetoothd logs reason 1 = connection timeout), battery notifications down to low
@@ -128,6 +129,19 @@ def main():
               f"RequestConfirmation({asked and asked[0][2]}) == the watch's number {shown}")
         check(w.status()["authenticated"], "authenticated link (MITM)")
         c.wait_services_resolved(dev)
+    with step("watch-confirm: factory reset (forget-bond) and the central forgets too → paired again"):
+        t = now()
+        r = w.cmd("forget-bond")
+        check(r["removed"], f"the watch deleted its keys: {r['removed']}")
+        wait_for(lambda: c.seen(dev, DEVICE, "Connected", False, since=t), 10, "Connected=false")
+        check(w.status()["bonds"] == [], "no bond left on the watch")
+        remove(c, dev)
+        dev = c.discover(uuid=VENDOR_SVC, name="Watch-1")
+        n = len(agent.calls)
+        c.pair(dev)
+        asked = [x for x in agent.calls[n:] if x[0] == "RequestConfirmation"]
+        check(len(asked) == 1 and asked[0][2] == int(w.status()["compare"]), "numeric comparison again")
+        check(str(c.prop(dev, "Address")) == w.address and w.status()["bonds"], "bonded again (identity address)")
         remove(c, dev)
     w.stop()
 
