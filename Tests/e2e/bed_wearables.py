@@ -114,6 +114,34 @@ def main():
         check(any(k == "removed" and p.startswith(dev + "/") for tt, k, p, _ in c.history if tt >= t),
               "bluetoothd removed the changed services' objects")
         check(c.read(fw) == b"fw2", "the new characteristic reads fw2")
+    with step("watch: a firmware update while away → Service Changed indicated and confirmed on the next link"):
+        t = now()
+        w.cmd("walk-away")
+        wait_for(lambda: c.seen(dev, DEVICE, "Connected", False, since=t), 10, "Connected=false")
+        r = w.cmd("firmware-update")
+        check(not r["service_changed_sent"], "not sent while away (pending for the next link)")
+        seq = w.last_seq()
+        fails = bluetoothd_log_count("Failed to initialize gatt-client")
+        w.cmd("come-back")
+        c.connect(dev)
+        ev = w.wait_event("service-changed", 20, since=seq, sent=True)
+        check(ev.get("confirmed"), f"the central confirmed the indication: {ev}")
+
+        # What bluetoothd 5.66 makes of it is BlueZ's business, reported as measured: seen here,
+        # the indication arrives right after encryption while bluetoothd re-discovers because
+        # the Database Hash changed; it logs "service disappeared" for the changed services and
+        # "Failed to initialize gatt-client", and the new database is not exported on this link
+        # (README, Known problems). Either outcome is written down; the link is dropped after.
+        def outcome():
+            if bluetoothd_log_count("Failed to initialize gatt-client") > fails:
+                return "bluetoothd: Failed to initialize gatt-client (new database not exported)"
+            try:
+                c.char(dev, "70616972-6404-4000-8000-77656172ab1e")
+                return "the new database is exported"
+            except BedError:
+                return None
+        log(f"MEASURED BlueZ 5.66 after a firmware update while away: "
+            f"{wait_for(outcome, 20, 'bluetoothd to export the new database or give up')}")
     remove(c, dev)
     w.stop()
 

@@ -48,7 +48,6 @@ BAT_SVC, BAT_LVL = 0x180F, 0x2A19
 VENDOR_SVC = "70616972-6400-4000-8000-77656172ab1e"
 VENDOR_WRITE = "70616972-6401-4000-8000-77656172ab1e"
 VENDOR_ECHO = "70616972-6402-4000-8000-77656172ab1e"
-VENDOR_FW = "70616972-6403-4000-8000-77656172ab1e"   # added by `firmware-update`
 
 IO = PairingDelegate.IoCapability
 PROFILES = {
@@ -164,9 +163,11 @@ class Wearable:
                     gatt.CharacteristicValue(write=self.on_vendor_write))
                 self.vecho = gatt.Characteristic(UUID(VENDOR_ECHO), P.READ | P.NOTIFY, rd, b"")
                 chars = [self.vwrite, self.vecho]
-                if self.fw >= 2:   # the firmware update adds one: every later handle moves
-                    chars.insert(0, gatt.Characteristic(UUID(VENDOR_FW), P.READ, rd,
-                                                        f"fw{self.fw}".encode()))
+                # each firmware update adds one (…6403 with firmware 2, …6404 with 3, …) in
+                # front of the others: every later handle moves
+                for k in range(self.fw, 1, -1):
+                    chars.insert(0, gatt.Characteristic(UUID(f"70616972-64{k + 1:02x}-4000-8000-77656172ab1e"),
+                                                        P.READ, rd, f"fw{self.fw}".encode()))
                 out.append(gatt.Service(UUID(VENDOR_SVC), chars))
         return out
 
