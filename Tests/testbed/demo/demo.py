@@ -65,9 +65,11 @@ def install_paird():
 
 @scenario
 def main():
-    banner("the stack: real kernel Bluetooth (hci_vhci + btvirt), bluetoothd 5.66, a virtual wearable")
+    banner("the stack: real kernel Bluetooth (hci_vhci + btvirt), bluetoothd 5.66, a virtual wearable (Bumble unless BED_WEARABLE=bluez)")
     w = Wearable.start(name="Pulse-1", battery=87)
-    print("  wearable Pulse-1 advertising Heart Rate (180d), Battery (180f) and a vendor service on hci1", flush=True)
+    st = w.status()
+    print(f"  wearable {st['name']} ({st['impl']} {st['profile']}, {st['identity_address']}) advertising "
+          f"{', '.join(st['services'])} on hci1", flush=True)
 
     banner("systemctl start paird   (Type=notify: returns once paird sent READY=1)")
     with step("paird active under systemd"):
