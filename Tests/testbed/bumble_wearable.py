@@ -94,8 +94,13 @@ class Delegate(PairingDelegate):
         return True
 
     async def confirm(self, auto=False):
-        self.w.event("confirm", auto=auto)
-        return True
+        # Just Works. A watch requires MITM protection: it refuses a pairing that cannot give it
+        # (the central has no display/keyboard: NoInputNoOutput), as a real one does. Bumble
+        # then sends SMP Pairing Failed 0x04 (a stack checking it up front would send 0x03).
+        ok = not self.w.p["mitm"]
+        self.w.event("confirm", auto=auto, accepted=ok,
+                     **({} if ok else {"why": "Just Works refused: this profile requires MITM"}))
+        return ok
 
     async def compare_numbers(self, number, digits):
         self.w.compare = f"{number:0{digits}d}"
