@@ -163,10 +163,6 @@ public final class BlueZClient {
         return objects.keys.filter { Self.parent(of: $0) == adapterPath }.sorted().compactMap(deviceInfo)
     }
 
-    /// The same list, as the runtime asks for it when a scan starts (devices BlueZ already knows
-    /// are candidates too: they may not signal anything new).
-    public func discoveredDevices() -> [DeviceInfo] { devices }
-
     /// Objects in the cache (all of bluetoothd's, every adapter): for leak and storm checks.
     public var cachedObjectCount: Int { objects.count }
 

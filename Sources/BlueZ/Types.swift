@@ -63,9 +63,10 @@ public struct DeviceInfo: Sendable, Hashable {
         BlueZDeviceView(exists: true, bonded: isBonded, connected: connected, servicesResolved: servicesResolved)
     }
 
-    /// The pairing candidate this device makes.
+    /// The pairing candidate this device makes (RSSI 127 is HCI's "not available").
     public var candidate: Candidate {
-        Candidate(address: address, addressType: addressType, name: name, rssi: rssi, serviceUUIDs: uuids, bonded: isBonded)
+        Candidate(address: address, addressType: addressType, name: name, rssi: rssi == 127 ? nil : rssi,
+                  serviceUUIDs: uuids, bonded: paired)
     }
 }
 

@@ -51,7 +51,6 @@ public final class Daemon {
     private var autoConnectArmed: Set<DeviceAddress>?
     var lastStatus = ""
     var ready = false
-    var connectCalls = 0
 
     public init(options: Options, log: Log) throws {
         self.log = log
@@ -174,10 +173,7 @@ public final class Daemon {
                 feed(.bondedDeviceAppeared(info.address))
             }
             guard let p = machine.pairing, case .scanning = p.phase else { return }
-            // RSSI 127 is HCI's "not available".
-            feed(.candidateFound(Candidate(address: info.address, addressType: info.addressType, name: info.name,
-                                           rssi: info.rssi == 127 ? nil : info.rssi, serviceUUIDs: info.uuids,
-                                           bonded: info.paired)))
+            feed(.candidateFound(info.candidate))
         case .connectedChanged(let a, true):
             feed(.linkUp(a))
         case .connectedChanged(let a, false):
@@ -272,7 +268,6 @@ public final class Daemon {
         if log.minimumPriority == .debug { log.debug("action: \(action)") }
         switch action {
         case .connect(let a, let call, let timeout):
-            connectCalls += 1
             bluez.connect(a, timeout: timeout) { [unowned self] failure in
                 if let failure {
                     feed(.connectFailed(a, call: call, failure))
@@ -308,7 +303,7 @@ public final class Daemon {
             }
             scheduleRescan(request)
             // Devices BlueZ already lists (seen before this scan) are candidates too.
-            for info in bluez.discoveredDevices() {
+            for info in bluez.devices {
                 handle(.deviceFound(info))
             }
         case .stopDiscovery:

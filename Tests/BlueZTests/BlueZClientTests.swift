@@ -3,6 +3,7 @@ import Testing
 import BlueZ
 import DBus
 import EventLoop
+import TestSupport
 import PairingCore
 
 private let devA = "AA:BB:CC:DD:EE:01"
