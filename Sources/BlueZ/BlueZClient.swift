@@ -70,8 +70,8 @@ public final class BlueZClient {
     // MARK: State
 
     typealias Props = [String: DBusValue]
-    /// path → interface → properties: bluetoothd's objects as last seen. Updated in place.
-    private var objects: [String: [String: Props]] = [:]
+    /// bluetoothd's objects as last seen, updated in place.
+    private var cache = ObjectCache()
     /// bluetoothd's unique name; nil while it is not on the bus.
     private var owner: String?
     /// Bumped whenever bluetoothd goes or comes: replies of an older generation are dropped.
@@ -121,7 +121,6 @@ public final class BlueZClient {
     /// Devices whose current link carried data from the wearable (`.linkProven` sent).
     private var provenLinks: Set<DeviceAddress> = []
     /// Last Battery Level characteristic value, per device path.
-    private var batteryLevels: [String: UInt8] = [:]
     private var pendingRemovals: [DeviceAddress] = []
     private var removalTimer: TimerHandle?
 
@@ -140,7 +139,7 @@ public final class BlueZClient {
     // MARK: - Public view of the cache
 
     public var adapter: AdapterInfo? {
-        guard let path = adapterPath, let props = objects[path]?[Iface.adapter] else { return nil }
+        guard let path = adapterPath, let props = cache[path]?[Iface.adapter] else { return nil }
         return AdapterInfo(path: path, name: String(path.split(separator: "/").last ?? ""),
                            address: props["Address"]?.string ?? "", powered: props["Powered"]?.bool ?? false)
     }
@@ -160,11 +159,11 @@ public final class BlueZClient {
     /// Every device under the selected adapter.
     public var devices: [DeviceInfo] {
         guard let adapterPath else { return [] }
-        return objects.keys.filter { Self.parent(of: $0) == adapterPath }.sorted().compactMap(deviceInfo)
+        return cache.devices(under: adapterPath)
     }
 
     /// Objects in the cache (all of bluetoothd's, every adapter): for leak and storm checks.
-    public var cachedObjectCount: Int { objects.count }
+    public var cachedObjectCount: Int { cache.count }
 
     /// The device's GATT characteristics as now known (path, 128-bit UUID), sorted by path.
     /// Paths change across firmware updates: look them up again after every reconnect.
@@ -284,7 +283,7 @@ public final class BlueZClient {
 
     /// `Adapter1.RemoveDevice`: forgets the device and its keys.
     public func removeDevice(_ address: DeviceAddress, reply: ((BlueZFailure?) -> Void)?) {
-        guard let adapterPath, objects[adapterPath] != nil else {
+        guard let adapterPath, cache[adapterPath] != nil else {
             loop.enqueue { reply?(.adapterUnavailable) }
             return
         }
@@ -295,7 +294,7 @@ public final class BlueZClient {
     /// `SetDiscoveryFilter {UUIDs, Transport: le, DuplicateData: false, Pattern?}`, then
     /// `StartDiscovery` (unless our session already runs: then only the filter changes).
     public func startDiscovery(serviceUUIDs: [String], address: DeviceAddress?, reply: @escaping (BlueZFailure?) -> Void) {
-        guard let adapterPath, objects[adapterPath] != nil else {
+        guard let adapterPath, cache[adapterPath] != nil else {
             loop.enqueue { reply(.adapterUnavailable) }
             return
         }
@@ -371,7 +370,7 @@ public final class BlueZClient {
             }
         }
         if battery {
-            if let pct = objects[devPath]?[Iface.battery]?["Percentage"]?.uint8 {
+            if let pct = cache[devPath]?[Iface.battery]?["Percentage"]?.uint8 {
                 emit(.battery(address, pct))
             }
             for path in chars.filter({ $0.uuid == ServiceUUID.batteryLevel }).map(\.path) {
@@ -435,8 +434,8 @@ public final class BlueZClient {
                 reply(nil)
                 return
             }
-            if gen == self.generation, self.objects[path]?[Iface.device] != nil {
-                self.objects[path]?[Iface.device]?["ServicesResolved"] = .bool(value)
+            if gen == self.generation, self.cache[path]?[Iface.device] != nil {
+                self.cache.set(path, Iface.device, "ServicesResolved", .bool(value))
             }
             reply(value)
         }
@@ -460,7 +459,7 @@ public final class BlueZClient {
     /// The device's object path for a request, or nil after answering `reply` with why not.
     private func targetPath(_ address: DeviceAddress, _ reply: @escaping (BlueZFailure?) -> Void) -> String? {
         if let path = devicePath(address) { return path }
-        guard owner != nil, let adapterPath, objects[adapterPath] != nil else {
+        guard owner != nil, let adapterPath, cache[adapterPath] != nil else {
             loop.enqueue { reply(.adapterUnavailable) }
             return nil
         }
@@ -520,8 +519,7 @@ public final class BlueZClient {
         owner = nil
         generation += 1
         synced = false
-        objects = [:]
-        batteryLevels = [:]
+        cache.clear()
         liveLinks = []
         provenLinks = []
         agentState = .none
@@ -552,7 +550,7 @@ public final class BlueZClient {
                     self.note("GetManagedObjects returned \(values.signature); ignored")
                     return
                 }
-                self.objects = tree.filter { $0.key.hasPrefix("/org/bluez") }
+                self.cache.replace(with: tree)
                 self.synced = true
                 self.stats.cacheRebuilds += 1
                 self.evaluate()
@@ -572,11 +570,10 @@ public final class BlueZClient {
     // MARK: - Adapter selection, registrations, readiness
 
     private func selectAdapter() -> String? {
-        let adapters = objects.compactMap { path, ifaces in ifaces[Iface.adapter] != nil ? path : nil }
-            .sorted { ($0.utf8.count, $0) < ($1.utf8.count, $1) }
+        let adapters = cache.adapterPaths.sorted { ($0.utf8.count, $0) < ($1.utf8.count, $1) }
         if selector.isEmpty { return adapters.first }
         if let address = DeviceAddress(selector) {
-            return adapters.first { objects[$0]?[Iface.adapter]?["Address"]?.string.flatMap(Self.parseAddress) == address }
+            return adapters.first { cache[$0]?[Iface.adapter]?["Address"]?.string.flatMap(Self.parseAddress) == address }
         }
         if selector.hasPrefix("/") { return adapters.first { $0 == selector } }
         return adapters.first { $0 == "/org/bluez/" + selector }
@@ -606,7 +603,7 @@ public final class BlueZClient {
     /// Re-checks which adapter we use, drives the registrations, and emits ready/gone.
     private func evaluate() {
         if synced {
-            if let path = adapterPath, objects[path]?[Iface.adapter] == nil {
+            if let path = adapterPath, cache[path]?[Iface.adapter] == nil {
                 // Our adapter vanished: its application registration went with it.
                 adapterPath = nil
                 registeredUUIDs = nil
@@ -855,11 +852,9 @@ public final class BlueZClient {
         }
         guard path.hasPrefix("/org/bluez") else { stats.signalsIgnored += 1; return }
         stats.signalsHandled += 1
-        let wasDevice = objects[path]?[Iface.device] != nil
+        let wasDevice = cache[path]?[Iface.device] != nil
         let bondedBefore = deviceInfo(path)?.isBonded
-        var entry = objects[path] ?? [:]
-        for (iface, props) in added { entry[iface] = props }
-        objects[path] = entry
+        cache.add(path, added)
 
         if added[Iface.adapter] != nil {
             evaluate()
@@ -890,19 +885,11 @@ public final class BlueZClient {
             return
         }
         stats.signalsHandled += 1
-        guard var entry = objects[path] else { return }
+        guard cache[path] != nil else { return }
         let address = Self.parent(of: path) == adapterPath ? self.address(ofDevicePath: path) : nil
-        for name in names { entry[name] = nil }
-        if entry.isEmpty {
-            objects[path] = nil
-        } else {
-            objects[path] = entry
-        }
+        // A removed device takes its children (GATT objects) with it.
+        cache.remove(path, names)
         if names.contains(Iface.device) {
-            // The device's children (GATT objects) go with it.
-            let prefix = path + "/"
-            for child in objects.keys where child.hasPrefix(prefix) { objects[child] = nil }
-            batteryLevels[path] = nil
             if let address {
                 notifyUUIDs[address] = nil
                 liveLinks.remove(address)
@@ -912,8 +899,7 @@ public final class BlueZClient {
         }
         if names.contains(Iface.adapter) {
             if path == adapterPath {
-                let prefix = path + "/"
-                for child in objects.keys where child.hasPrefix(prefix) { objects[child] = nil }
+                cache.removeChildren(of: path)
                 liveLinks = []
                 provenLinks = []
             }
@@ -942,7 +928,7 @@ public final class BlueZClient {
             return
         }
         // Only objects we know (from the snapshot or InterfacesAdded) are tracked.
-        guard objects[path]?[iface] != nil else { return }
+        guard cache[path]?[iface] != nil else { return }
         stats.signalsHandled += 1
         switch iface {
         case Iface.device: deviceChanged(path, changed, invalidated)
@@ -964,17 +950,11 @@ public final class BlueZClient {
     }
 
     private func apply(_ path: String, _ iface: String, _ changed: Props, _ invalidated: [String]) {
-        guard let current = objects[path]?[iface] else { return }
-        for (k, v) in changed {
-            // A value whose type differs from the one BlueZ gave before is junk: keep the old one.
-            if let old = current[k], old.signature != v.signature {
-                stats.signalsIgnored += 1
-                note("\(path) \(iface).\(k): \(v.signature) instead of \(old.signature); ignored")
-                continue
-            }
-            objects[path]?[iface]?[k] = v
+        // A value whose type differs from the one BlueZ gave before is junk: the cache keeps the old one.
+        for r in cache.apply(path, iface, changed, invalidated) {
+            stats.signalsIgnored += 1
+            note("\(path) \(iface).\(r.name): \(r.got) instead of \(r.had); ignored")
         }
-        for k in invalidated { objects[path]?[iface]?[k] = nil }
     }
 
     private func deviceChanged(_ path: String, _ changed: Props, _ invalidated: [String]) {
@@ -1005,7 +985,7 @@ public final class BlueZClient {
     private func characteristicValue(_ path: String, _ value: DBusValue) {
         guard ready, let devPath = Self.devicePathPrefix(of: path), Self.parent(of: devPath) == adapterPath,
               let address = address(ofDevicePath: devPath), let wanted = notifyUUIDs[address],
-              let raw = objects[path]?[Iface.characteristic]?["UUID"]?.string,
+              let raw = cache[path]?[Iface.characteristic]?["UUID"]?.string,
               let uuid = ServiceUUID.normalize(raw), wanted.contains(uuid) else { return }
         guard let bytes = value.bytes else {
             note("\(address): Value of \(uuid) is \(value.signature), not ay; ignored")
@@ -1024,7 +1004,7 @@ public final class BlueZClient {
     }
 
     private func recordBattery(_ devPath: String, _ address: DeviceAddress, _ level: UInt8) {
-        batteryLevels[devPath] = level
+        cache.recordBattery(devPath, level)
         emit(.battery(address, level))
     }
 
@@ -1041,76 +1021,24 @@ public final class BlueZClient {
         emit(.disconnectReason(address, reason: reason, message: text))
     }
 
-    // MARK: - Cache helpers
+    // MARK: - Cache questions (ObjectCache answers them)
 
-    private func deviceInfo(_ path: String) -> DeviceInfo? {
-        guard let props = objects[path]?[Iface.device],
-              let address = props["Address"]?.string.flatMap(Self.parseAddress) ?? DeviceAddress(objectPath: path) else { return nil }
-        let alias = props["Alias"]?.string ?? ""
-        let uuids = props["UUIDs"]?.stringArray?.map { ServiceUUID.normalize($0) ?? $0.lowercased() } ?? []
-        return DeviceInfo(
-            path: path, address: address,
-            addressType: props["AddressType"]?.string == "random" ? .random : .public,
-            name: alias.isEmpty ? props["Name"]?.string ?? "" : alias,
-            paired: props["Paired"]?.bool ?? false,
-            bonded: props["Bonded"]?.bool,
-            trusted: props["Trusted"]?.bool ?? false,
-            connected: props["Connected"]?.bool ?? false,
-            servicesResolved: props["ServicesResolved"]?.bool ?? false,
-            uuids: uuids,
-            rssi: props["RSSI"]?.int16.map(Int.init),
-            battery: objects[path]?[Iface.battery]?["Percentage"]?.uint8 ?? batteryLevels[path])
-    }
+    private func deviceInfo(_ path: String) -> DeviceInfo? { cache.deviceInfo(path) }
 
-    /// The path of the device with this address under the selected adapter (matched on the
-    /// `Address` property: with private addresses the path may not follow the address).
+    /// The path of the device with this address under the selected adapter.
     private func devicePath(_ address: DeviceAddress) -> String? {
-        guard let adapterPath else { return nil }
-        let direct = adapterPath + "/" + address.pathComponent
-        if let props = objects[direct]?[Iface.device],
-           props["Address"]?.string.flatMap(Self.parseAddress) ?? address == address {
-            return direct
-        }
-        for (path, ifaces) in objects where Self.parent(of: path) == adapterPath {
-            if ifaces[Iface.device]?["Address"]?.string.flatMap(Self.parseAddress) == address { return path }
-        }
-        return nil
+        adapterPath.flatMap { cache.devicePath(address, under: $0) }
     }
 
-    private func address(ofDevicePath path: String) -> DeviceAddress? {
-        if let a = objects[path]?[Iface.device]?["Address"]?.string.flatMap(Self.parseAddress) { return a }
-        return DeviceAddress(objectPath: path)
-    }
+    private func address(ofDevicePath path: String) -> DeviceAddress? { cache.address(ofDevicePath: path) }
 
-    private func deviceAddressForChild(_ path: String) -> DeviceAddress? {
-        Self.devicePathPrefix(of: path).flatMap { address(ofDevicePath: $0) }
-    }
+    private func deviceAddressForChild(_ path: String) -> DeviceAddress? { cache.deviceAddressForChild(path) }
 
-    private struct Characteristic { let path: String; let uuid: String }
+    private func characteristics(under devPath: String) -> [ObjectCache.Characteristic] { cache.characteristics(under: devPath) }
 
-    private func characteristics(under devPath: String) -> [Characteristic] {
-        let prefix = devPath + "/"
-        return objects.compactMap { path, ifaces in
-            guard path.hasPrefix(prefix), let raw = ifaces[Iface.characteristic]?["UUID"]?.string,
-                  let uuid = ServiceUUID.normalize(raw) else { return nil }
-            return Characteristic(path: path, uuid: uuid)
-        }.sorted { $0.path < $1.path }
-    }
-
-    static func parseAddress(_ text: String) -> DeviceAddress? { DeviceAddress(text) }
-
-    static func parent(of path: String) -> String {
-        guard let slash = path.lastIndex(of: "/"), slash != path.startIndex else { return "/" }
-        return String(path[..<slash])
-    }
-
-    /// `/org/bluez/hciN/dev_X` for any path at or below a device.
-    static func devicePathPrefix(of path: String) -> String? {
-        let parts = path.split(separator: "/", omittingEmptySubsequences: false)
-        // "", "org", "bluez", "hciN", "dev_…"
-        guard parts.count >= 5, parts[4].hasPrefix("dev_") else { return nil }
-        return parts[0..<5].joined(separator: "/")
-    }
+    static func parseAddress(_ text: String) -> DeviceAddress? { ObjectCache.parseAddress(text) }
+    static func parent(of path: String) -> String { ObjectCache.parent(of: path) }
+    static func devicePathPrefix(of path: String) -> String? { ObjectCache.devicePathPrefix(of: path) }
 }
 
 enum Bus {
