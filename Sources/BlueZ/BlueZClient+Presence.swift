@@ -43,6 +43,7 @@ extension BlueZClient {
         generation += 1
         synced = false
         cache.clear()
+        disconnectReasons = [:]
         liveLinks = []
         provenLinks = []
         agentState = .none

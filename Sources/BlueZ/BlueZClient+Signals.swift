@@ -142,8 +142,14 @@ extension BlueZClient {
         // (Going up is judged on Connected alone: a stale ServicesResolved must not hide it.)
         let wasUp = after.connected ? before.connected : before.connected || before.servicesResolved
         if changed["Connected"] != nil, wasUp != after.connected {
-            if !after.connected { liveLinks.remove(a); provenLinks.remove(a) }
-            emit(.connectedChanged(a, after.connected))
+            if after.connected {
+                emit(.linkUp(a))
+            } else {
+                liveLinks.remove(a); provenLinks.remove(a)
+                emit(.linkDown(a, DisconnectClassifier.Evidence(
+                    reason: disconnectReasons.removeValue(forKey: a), stillBonded: after.isBonded,
+                    deviceExists: true, adapterUp: adapter?.powered ?? false)))
+            }
         }
         if changed["ServicesResolved"] != nil, before.servicesResolved != after.servicesResolved {
             if !after.servicesResolved { liveLinks.remove(a); provenLinks.remove(a) }
@@ -191,6 +197,8 @@ extension BlueZClient {
         }
         stats.signalsHandled += 1
         guard ready, Self.parent(of: path) == adapterPath, let address = address(ofDevicePath: path) else { return }
-        emit(.disconnectReason(address, reason: reason, message: text))
+        // Kept for the `linkDown` that follows (BlueZ sends this just before Connected=false).
+        note("\(address): Disconnected \(reason) (\(text))")
+        disconnectReasons[address] = DisconnectClassifier.Reason(name: reason)
     }
 }

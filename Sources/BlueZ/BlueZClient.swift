@@ -76,6 +76,8 @@ public final class BlueZClient {
     typealias Props = [String: DBusValue]
     /// bluetoothd's objects as last seen, updated in place.
     var cache = ObjectCache()
+    /// `Device1.Disconnected` reasons (BlueZ ≥ 5.83), until the `Connected=false` that follows.
+    var disconnectReasons: [DeviceAddress: DisconnectClassifier.Reason] = [:]
     /// bluetoothd's unique name; nil while it is not on the bus.
     var owner: String?
     /// Bumped whenever bluetoothd goes or comes: replies of an older generation are dropped.

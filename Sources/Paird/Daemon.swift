@@ -44,8 +44,6 @@ public final class Daemon {
     /// cancelled is not in here any more and does nothing; the machine ignores stale ids anyway.
     var timers: [Countdown.ID: TimerHandle] = [:]
     var actions: [Action] = []
-    /// `Disconnected(reason)` of BlueZ ≥ 5.83, kept until the `Connected=false` that follows.
-    var disconnectReasons: [DeviceAddress: DisconnectClassifier.Reason] = [:]
     var battery: [DeviceAddress: UInt8] = [:]
     /// What the machine was last told about BlueZ's auto-connect (`Event.autoConnectArmed`).
     private var autoConnectArmed: Set<DeviceAddress>?
@@ -174,15 +172,9 @@ public final class Daemon {
             }
             guard let p = machine.pairing, case .scanning = p.phase else { return }
             feed(.candidateFound(info.candidate))
-        case .connectedChanged(let a, true):
+        case .linkUp(let a):
             feed(.linkUp(a))
-        case .connectedChanged(let a, false):
-            let info = bluez.device(a)
-            let evidence = DisconnectClassifier.Evidence(
-                reason: disconnectReasons.removeValue(forKey: a),
-                stillBonded: info.map { $0.paired && ($0.bonded ?? true) } ?? false,
-                deviceExists: info != nil,
-                adapterUp: bluez.adapter?.powered ?? false)
+        case .linkDown(let a, let evidence):
             feed(.linkDown(a, evidence))
         case .servicesResolvedChanged(let a, let resolved):
             if resolved {
@@ -195,8 +187,6 @@ public final class Daemon {
         case .deviceRemoved(let a):
             battery[a] = nil
             feed(.deviceRemoved(a))
-        case .disconnectReason(let a, let reason, _):
-            disconnectReasons[a] = DisconnectClassifier.Reason(name: reason)
         case .notification(let a, let characteristic, let value):
             try? bus.emitSignal(path: PairdAPI.objectPath, interface: PairdAPI.interface, member: "Notification",
                                 args: [.string(a.description), .string(characteristic), .bytes(value)])
