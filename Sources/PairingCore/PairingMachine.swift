@@ -68,6 +68,9 @@ public struct PairingMachine: Sendable {
     }
 
     public mutating func handle(_ event: Event, now: Moment, into actions: inout [Action]) {
+        let start = actions.endIndex
+        let autoConnectBefore = autoConnectUUIDs
+        defer { keepAutoConnectInStep(since: start, before: autoConnectBefore, &actions) }
         switch event {
         case .adapterReady(let views): adapterReady(views, now, &actions)
         case .adapterLost: adapterLost(now, &actions)
@@ -94,6 +97,16 @@ public struct PairingMachine: Sendable {
         case .userDisconnect(let a): userDisconnect(a, now, &actions)
         case .userUnpair(let a): userUnpair(a, now, &actions)
         }
+    }
+
+    /// BlueZ's auto-connect list follows what the machine wants, whatever changed it in this step
+    /// (a state or an intent): if the step's last update (or, with none, the list before it)
+    /// differs from what the machine wants now, one more update goes out at the end.
+    private func keepAutoConnectInStep(since start: Int, before: [String], _ actions: inout [Action]) {
+        let wanted = autoConnectUUIDs
+        var last = before
+        for case .updateAutoConnect(let uuids) in actions[start...] { last = uuids }
+        if last != wanted { actions.append(.updateAutoConnect(wanted)) }
     }
 
     // MARK: Queries
@@ -280,7 +293,6 @@ public struct PairingMachine: Sendable {
         if d.setupVerdict == nil { slots[i].setupVerdict = counted ? .counted : .excused }
         if counted, countSetupFailure(i) {
             move(i, to: .needsRepair(reason: Self.suspectedBondLoss), now, &actions, reason: Self.suspectedBondLoss)
-            actions.append(.updateAutoConnect(autoConnectUUIDs))
             return
         }
         move(i, to: .discovering(countdown: countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))),
@@ -332,7 +344,6 @@ public struct PairingMachine: Sendable {
                 slots[i].lastDisconnect = .init(reason: reason, at: now)
                 if d.setupVerdict == nil, unprovenWithinProofWindow(d, now), countSetupFailure(i) {
                     move(i, to: .needsRepair(reason: Self.suspectedBondLoss), now, &actions, reason: Self.suspectedBondLoss)
-                    actions.append(.updateAutoConnect(autoConnectUUIDs))
                 } else {
                     waitPassively(i, now, &actions, reason: reason)
                 }
@@ -364,7 +375,6 @@ public struct PairingMachine: Sendable {
         switch d.state {
         case .connecting, .discovering, .connected, .waitingForDevice, .disconnected:
             move(i, to: .needsRepair(reason: reason), now, &actions, reason: reason)
-            actions.append(.updateAutoConnect(autoConnectUUIDs))
         case .restoring, .adapterUnavailable, .needsRepair:
             break // BlueZ drops every object when bluetoothd or the adapter goes: reconciliation decides
         }
@@ -450,7 +460,6 @@ public struct PairingMachine: Sendable {
             // The wearable answered (no 40 s wait) yet the link never came up, again and again:
             // on 5.66 this is how a wearable that forgot its bond looks (encryption fails).
             move(i, to: .needsRepair(reason: Self.suspectedBondLoss), now, &actions, reason: Self.suspectedBondLoss)
-            actions.append(.updateAutoConnect(autoConnectUUIDs))
             return
         }
         switch verdict {
@@ -462,7 +471,6 @@ public struct PairingMachine: Sendable {
             waitPassively(i, now, &actions, reason: f.token)
         case .bondLost:
             move(i, to: .needsRepair(reason: f.token), now, &actions, reason: f.token)
-            actions.append(.updateAutoConnect(autoConnectUUIDs))
         case .adapterGone:
             move(i, to: .adapterUnavailable, now, &actions, reason: f.token)
         }
@@ -494,7 +502,6 @@ public struct PairingMachine: Sendable {
                 // An adopted link that never resolved is no evidence either (see adoptedUnresolved).
                 if !d.linkResolved, !d.adoptedUnresolved, d.setupVerdict != .counted, countSetupFailure(i) { // entering needsRepair disconnects too
                     move(i, to: .needsRepair(reason: Self.suspectedBondLoss), now, &actions, reason: Self.suspectedBondLoss)
-                    actions.append(.updateAutoConnect(autoConnectUUIDs))
                     return
                 }
                 slots[i].adoptedUnresolved = false
@@ -731,6 +738,10 @@ public struct PairingMachine: Sendable {
         if renamed || kind != nil {
             actions.append(.report(Report(kind: kind ?? Self.reportKind(from: old, to: new), device: a, name: slots[i].identity.name,
                                           from: old.name, to: new.name, reason: reason, attempt: attempt)))
+        }
+        if case .needsRepair = new, renamed {
+            // A device that needs pairing again leaves the auto-connect list, whichever way it got here.
+            actions.append(.updateAutoConnect(autoConnectUUIDs))
         }
     }
 
