@@ -27,7 +27,7 @@ final class ManagerAPI {
         i.method("Connect", in: "s") { [unowned self] args, call in
             let a = try knownDevice(args)
             if case .needsRepair(let why)? = daemon.machine.device(a)?.state {
-                throw DBusError(name: PairdAPI.Error.needsRepair, message: "\(a) needs re-pairing (\(why)): run pairctl pair \(a)")
+                throw DBusError(name: PairdAPI.Error.needsRepair, message: "\(a) needs re-pairing (\(why.token)): run pairctl pair \(a)")
             }
             daemon.feed(.userConnect(a))
             call.reply()

@@ -80,8 +80,8 @@ public struct PairingMachine: Sendable {
         case .servicesLost(let a): servicesLost(a, now, &actions)
         case .linkProven(let a): linkProven(a)
         case .linkDown(let a, let evidence): linkDown(a, evidence, now, &actions)
-        case .bondLost(let a): lostBond(a, reason: "bond-removed", now, &actions)
-        case .deviceRemoved(let a): lostBond(a, reason: "device-removed", now, &actions)
+        case .bondLost(let a): lostBond(a, reason: .bondRemoved, now, &actions)
+        case .deviceRemoved(let a): lostBond(a, reason: .deviceRemoved, now, &actions)
         case .bondedDeviceAppeared(let a): bondedDeviceAppeared(a, now, &actions)
         case .connectSucceeded(let a, let call): connectSucceeded(a, call, now, &actions)
         case .connectFailed(let a, let call, let f): connectFailed(a, call, f, now, &actions)
@@ -173,9 +173,9 @@ public struct PairingMachine: Sendable {
         if d.wanted == .disconnected {
             move(i, to: .disconnected, now, &actions)
         } else if !view.exists {
-            move(i, to: .needsRepair(reason: "device-removed"), now, &actions, reason: "device-removed")
+            move(i, to: .needsRepair(reason: .deviceRemoved), now, &actions)
         } else if !view.bonded {
-            move(i, to: .needsRepair(reason: "bond-removed"), now, &actions, reason: "bond-removed")
+            move(i, to: .needsRepair(reason: .bondRemoved), now, &actions)
         } else if view.connected {
             slots[i].linkResolved = view.servicesResolved
             slots[i].adoptedUnresolved = !view.servicesResolved
@@ -292,7 +292,7 @@ public struct PairingMachine: Sendable {
         let counted = d.setupVerdict == nil && unprovenWithinProofWindow(d, now)
         if d.setupVerdict == nil { slots[i].setupVerdict = counted ? .counted : .excused }
         if counted, countSetupFailure(i) {
-            move(i, to: .needsRepair(reason: Self.suspectedBondLoss), now, &actions, reason: Self.suspectedBondLoss)
+            move(i, to: .needsRepair(reason: .suspectedBondLoss), now, &actions)
             return
         }
         move(i, to: .discovering(countdown: countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))),
@@ -318,7 +318,7 @@ public struct PairingMachine: Sendable {
             return
         }
         switch ConnectFailureClassifier.classify(failure, elapsed: .zero, absentAfter: config.absentAfter) {
-        case .bondLost: move(i, to: .needsRepair(reason: failure.token), now, &actions, reason: failure.token)
+        case .bondLost: move(i, to: .needsRepair(reason: RepairReason(bondFailure: failure)), now, &actions)
         case .adapterGone, .transient, .deviceAbsent: break // the link-down signal or the discovery countdown decides
         }
     }
@@ -343,7 +343,7 @@ public struct PairingMachine: Sendable {
             case .linkLoss(let reason):
                 slots[i].lastDisconnect = .init(reason: reason, at: now)
                 if d.setupVerdict == nil, unprovenWithinProofWindow(d, now), countSetupFailure(i) {
-                    move(i, to: .needsRepair(reason: Self.suspectedBondLoss), now, &actions, reason: Self.suspectedBondLoss)
+                    move(i, to: .needsRepair(reason: .suspectedBondLoss), now, &actions)
                 } else {
                     waitPassively(i, now, &actions, reason: reason)
                 }
@@ -353,8 +353,8 @@ public struct PairingMachine: Sendable {
                 slots[i].lastDisconnect = .init(reason: "local", at: now)
                 waitPassively(i, now, &actions, reason: "local")
             case .bondLost(let reason):
-                slots[i].lastDisconnect = .init(reason: reason, at: now)
-                move(i, to: .needsRepair(reason: reason), now, &actions, reason: reason)
+                slots[i].lastDisconnect = .init(reason: reason.token, at: now)
+                move(i, to: .needsRepair(reason: reason), now, &actions)
             case .adapterGone:
                 slots[i].lastDisconnect = .init(reason: "adapter-gone", at: now)
                 move(i, to: .adapterUnavailable, now, &actions, reason: "adapter-gone")
@@ -362,19 +362,19 @@ public struct PairingMachine: Sendable {
         case .connecting, .waitingForDevice:
             // A Connect (ours or the kernel's) did not take; only a lost bond changes the plan.
             if case .bondLost(let reason) = verdict {
-                move(i, to: .needsRepair(reason: reason), now, &actions, reason: reason)
+                move(i, to: .needsRepair(reason: reason), now, &actions)
             }
         case .restoring, .disconnected, .needsRepair, .adapterUnavailable:
             break
         }
     }
 
-    private mutating func lostBond(_ a: DeviceAddress, reason: String, _ now: Moment, _ actions: inout [Action]) {
+    private mutating func lostBond(_ a: DeviceAddress, reason: RepairReason, _ now: Moment, _ actions: inout [Action]) {
         guard let i = slot[a] else { return }
         let d = slots[i]
         switch d.state {
         case .connecting, .discovering, .connected, .waitingForDevice, .disconnected:
-            move(i, to: .needsRepair(reason: reason), now, &actions, reason: reason)
+            move(i, to: .needsRepair(reason: reason), now, &actions)
         case .restoring, .adapterUnavailable, .needsRepair:
             break // BlueZ drops every object when bluetoothd or the adapter goes: reconciliation decides
         }
@@ -382,7 +382,7 @@ public struct PairingMachine: Sendable {
 
     /// Only a device marked "removed from BlueZ" comes back this way (a lost *bond* needs pairing).
     private mutating func bondedDeviceAppeared(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
-        guard adapterUp, let i = slot[a], slots[i].state == .needsRepair(reason: "device-removed") else { return }
+        guard adapterUp, let i = slot[a], slots[i].state == .needsRepair(reason: .deviceRemoved) else { return }
         slots[i].setupFailures = 0
         if slots[i].wanted == .disconnected {
             move(i, to: .disconnected, now, &actions)
@@ -459,7 +459,7 @@ public struct PairingMachine: Sendable {
         if verdict == .transient, f == .abortedByLocal, countSetupFailure(i) {
             // The wearable answered (no 40 s wait) yet the link never came up, again and again:
             // on 5.66 this is how a wearable that forgot its bond looks (encryption fails).
-            move(i, to: .needsRepair(reason: Self.suspectedBondLoss), now, &actions, reason: Self.suspectedBondLoss)
+            move(i, to: .needsRepair(reason: .suspectedBondLoss), now, &actions)
             return
         }
         switch verdict {
@@ -470,7 +470,7 @@ public struct PairingMachine: Sendable {
         case .transient, .deviceAbsent:
             waitPassively(i, now, &actions, reason: f.token)
         case .bondLost:
-            move(i, to: .needsRepair(reason: f.token), now, &actions, reason: f.token)
+            move(i, to: .needsRepair(reason: RepairReason(bondFailure: f)), now, &actions)
         case .adapterGone:
             move(i, to: .adapterUnavailable, now, &actions, reason: f.token)
         }
@@ -501,7 +501,7 @@ public struct PairingMachine: Sendable {
                 // Only a link whose services never resolved counts toward the lost-bond heuristic.
                 // An adopted link that never resolved is no evidence either (see adoptedUnresolved).
                 if !d.linkResolved, !d.adoptedUnresolved, d.setupVerdict != .counted, countSetupFailure(i) { // entering needsRepair disconnects too
-                    move(i, to: .needsRepair(reason: Self.suspectedBondLoss), now, &actions, reason: Self.suspectedBondLoss)
+                    move(i, to: .needsRepair(reason: .suspectedBondLoss), now, &actions)
                     return
                 }
                 slots[i].adoptedUnresolved = false
@@ -736,6 +736,8 @@ public struct PairingMachine: Sendable {
         let renamed = old.name != new.name
         if renamed { slots[i].since = now }
         if renamed || kind != nil {
+            var reason = reason
+            if reason == nil, case .needsRepair(let why) = new { reason = why.token }
             actions.append(.report(Report(kind: kind ?? Self.reportKind(from: old, to: new), device: a, name: slots[i].identity.name,
                                           from: old.name, to: new.name, reason: reason, attempt: attempt)))
         }
@@ -744,8 +746,6 @@ public struct PairingMachine: Sendable {
             actions.append(.updateAutoConnect(autoConnectUUIDs))
         }
     }
-
-    static let suspectedBondLoss = "suspected-bond-loss"
 
     /// The wearable answered over the link: the bond works, and the failed setups before it were not
     /// a lost bond.

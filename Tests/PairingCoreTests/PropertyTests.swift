@@ -157,7 +157,7 @@ struct PropertyTests {
         switch event {
         case .userConnect(let a): promises.userDown.remove(a)
         case .userUnpair(let a): promises.userDown.remove(a); promises.repairPending.remove(a)
-        case .bondedDeviceAppeared(let a) where before[a]?.state == .needsRepair(reason: "device-removed"):
+        case .bondedDeviceAppeared(let a) where before[a]?.state == .needsRepair(reason: .deviceRemoved):
             promises.repairPending.remove(a) // BlueZ has the bond again: not a loop after a lost bond
         case .pairSucceeded(let a, _), .pairFailed(let a, _, .alreadyExists):
             if h.machine.devices[a]?.wanted == .connected, before[a]?.wanted != .connected || before[a]?.state.name == "needsRepair" {
