@@ -47,14 +47,14 @@ public enum DeviceState: Sendable, Hashable {
         /// adapter's return or the user's `connect` is running.
         case fallbackDue(countdown: Countdown)
         /// That `Connect()` is in flight and must have answered by the countdown.
-        case probing(call: UInt64, startedAt: Moment, countdown: Countdown)
+        case fallbackConnecting(call: UInt64, startedAt: Moment, countdown: Countdown)
     }
 
     /// The countdown a timed state carries; nil for untimed states.
     public var countdown: Countdown? {
         switch self {
         case .connecting(_, _, let c), .discovering(let c), .waitingForDevice(.fallbackDue(let c)),
-             .waitingForDevice(.probing(_, _, let c)): c
+             .waitingForDevice(.fallbackConnecting(_, _, let c)): c
         case .restoring, .connected, .waitingForDevice(.onAutoConnect), .disconnected, .needsRepair, .adapterUnavailable: nil
         }
     }

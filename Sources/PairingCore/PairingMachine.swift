@@ -349,7 +349,8 @@ public struct PairingMachine: Sendable {
                 }
             case .requested:
                 // Unreachable with weAskedForIt == false (our own disconnects leave these states
-                // first); if it ever happens, waiting is the state that forgets nothing.
+                // first); in a release build, waiting is the state that forgets nothing.
+                assertionFailure("linkDown: 'requested' verdict without a disconnect of ours pending (\(a))")
                 slots[i].lastDisconnect = .init(reason: "local", at: now)
                 waitPassively(i, now, &actions, reason: "local")
             case .bondLost(let reason):
@@ -405,11 +406,11 @@ public struct PairingMachine: Sendable {
         actions.append(.connect(a, call: call, timeout: config.connectTimeout))
     }
 
-    private mutating func probe(_ i: Int, _ now: Moment, _ actions: inout [Action]) {
+    private mutating func fallbackConnect(_ i: Int, _ now: Moment, _ actions: inout [Action]) {
         let a = slots[i].address
         let call = nextGeneration()
         slots[i].reconnectAttempts += 1
-        move(i, to: .waitingForDevice(.probing(call: call, startedAt: now,
+        move(i, to: .waitingForDevice(.fallbackConnecting(call: call, startedAt: now,
                                                countdown: countdown(.device(a), .connectReply, now.advanced(byNanoseconds: connectReplyNanos)))),
              now, &actions)
         actions.append(.connect(a, call: call, timeout: config.connectTimeout))
@@ -447,10 +448,12 @@ public struct PairingMachine: Sendable {
     private mutating func connectDidNotTake(_ i: Int, _ state: DeviceState, _ f: BlueZFailure, _ now: Moment, _ actions: inout [Action]) {
         let a = slots[i].address
         let startedAt: Moment
-        let attempt: Int
+        /// The attempt number of a Connect that a transient failure may retry at once, with backoff;
+        /// nil for a fallback Connect (its failure goes back to waiting).
+        let retryable: Int?
         switch state {
-        case .connecting(.calling(_, let s), let n, _): startedAt = s; attempt = n
-        case .waitingForDevice(.probing(_, let s, _)): startedAt = s; attempt = Int.max
+        case .connecting(.calling(_, let s), let n, _): startedAt = s; retryable = n < config.fastAttempts ? n : nil
+        case .waitingForDevice(.fallbackConnecting(_, let s, _)): startedAt = s; retryable = nil
         case .restoring, .connecting(.backingOff, _, _), .discovering, .connected, .waitingForDevice(.onAutoConnect), .waitingForDevice(.fallbackDue),
              .disconnected, .needsRepair, .adapterUnavailable:
             return
@@ -463,7 +466,8 @@ public struct PairingMachine: Sendable {
             return
         }
         switch verdict {
-        case .transient where attempt < config.fastAttempts:
+        case .transient where retryable != nil:
+            let attempt = retryable!
             let delay = config.backoff.delay(attempt: attempt, unit: rng.nextUnit())
             move(i, to: .connecting(.backingOff, attempt: attempt, countdown: countdown(.device(a), .retryBackoff, now + delay)),
                  now, &actions, reason: f.token, attempt: attempt)
@@ -491,7 +495,7 @@ public struct PairingMachine: Sendable {
             guard let i = slot[a], slots[i].state.countdown?.id == id else { return } // stale: ignored
             let d = slots[i]
             switch d.state {
-            case .connecting(.calling, _, _), .waitingForDevice(.probing):
+            case .connecting(.calling, _, _), .waitingForDevice(.fallbackConnecting):
                 connectDidNotTake(i, d.state, .noReply, now, &actions)
             case .connecting(.backingOff, let attempt, _):
                 startConnect(i, attempt: attempt + 1, now, &actions)
@@ -511,9 +515,10 @@ public struct PairingMachine: Sendable {
                 move(i, to: .connecting(.backingOff, attempt: 1, countdown: countdown(.device(a), .retryBackoff, now + delay)),
                      now, &actions, reason: "discovery-timeout")
             case .waitingForDevice(.fallbackDue):
-                probe(i, now, &actions)
+                fallbackConnect(i, now, &actions)
             case .restoring, .connected, .waitingForDevice(.onAutoConnect), .disconnected, .needsRepair, .adapterUnavailable:
-                break // untimed states carry no countdown, so the guard above already returned
+                // Untimed states carry no countdown, so the guard above already returned.
+                assertionFailure("countdown \(id) fired in the untimed state \(d.state.name)")
             }
         }
     }
@@ -668,10 +673,10 @@ public struct PairingMachine: Sendable {
             }
             actions.append(.updateAutoConnect(autoConnectUUIDs))
         case .waitingForDevice(.onAutoConnect), .waitingForDevice(.fallbackDue):
-            probe(i, now, &actions) // asked for: one Connect() now, whatever the auto-connect does
+            fallbackConnect(i, now, &actions) // asked for: one Connect() now, whatever the auto-connect does
         case .connecting(.backingOff, let attempt, _):
             startConnect(i, attempt: attempt + 1, now, &actions)
-        case .restoring, .connecting(.calling, _, _), .discovering, .connected, .waitingForDevice(.probing),
+        case .restoring, .connecting(.calling, _, _), .discovering, .connected, .waitingForDevice(.fallbackConnecting),
              .needsRepair, .adapterUnavailable:
             break
         }
@@ -760,7 +765,10 @@ public struct PairingMachine: Sendable {
     /// link adopted unresolved says nothing (`adoptedUnresolved`).
     private func unprovenWithinProofWindow(_ d: ManagedDevice, _ now: Moment) -> Bool {
         guard !d.linkProven, !d.adoptedUnresolved else { return false }
-        guard let up = d.linkUpAt else { return true } // unreachable in practice: every way up sets it
+        guard let up = d.linkUpAt else {
+            assertionFailure("a set-up judged with no link-up time (\(d.address)): every way up sets it")
+            return true
+        }
         return now.since(up) < config.proofWindow
     }
 
@@ -804,7 +812,7 @@ extension DeviceState {
     /// The Connect call this state is waiting on, if any.
     var pendingCall: UInt64? {
         switch self {
-        case .connecting(.calling(let call, _), _, _), .waitingForDevice(.probing(let call, _, _)): call
+        case .connecting(.calling(let call, _), _, _), .waitingForDevice(.fallbackConnecting(let call, _, _)): call
         case .restoring, .connecting(.backingOff, _, _), .discovering, .connected, .waitingForDevice(.onAutoConnect),
              .waitingForDevice(.fallbackDue),
              .disconnected, .needsRepair, .adapterUnavailable: nil

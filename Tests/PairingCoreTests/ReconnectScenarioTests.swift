@@ -181,7 +181,7 @@ struct ReconnectScenarioTests {
         var h = Harness.connected()
         h.send(.linkDown(watch, linkLoss))
         guard case .waitingForDevice(.fallbackDue(let first))? = h.state(watch) else { Issue.record(); return }
-        h.fireNext() // probing now, a new countdown
+        h.fireNext() // a fallback Connect() in flight now, a new countdown
         let oldCall = h.lastConnectCall[watch]!
         let before = h.state(watch)
         #expect(h.send(.countdownFired(first.id)).isEmpty)
