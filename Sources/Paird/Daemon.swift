@@ -91,7 +91,11 @@ public final class Daemon {
             log.error("lost the system bus; exiting so systemd restarts us")
             loop.stop()
         }
-        api = ManagerAPI(daemon: self)
+        api = ManagerAPI(bus: bus, backend: .init(
+            feed: { [unowned self] in feed($0) },
+            machine: { [unowned self] in machine },
+            adapter: { [unowned self] in bluez?.adapter },
+            status: { [unowned self] in status() }))
         try bus.export(path: PairdAPI.objectPath, object: api.object)
         switch try bus.requestName(PairdAPI.busName) {
         case .primaryOwner, .alreadyOwner: break

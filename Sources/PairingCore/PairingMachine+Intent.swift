@@ -73,3 +73,37 @@ extension PairingMachine {
         actions.append(.updateAutoConnect(autoConnectUUIDs))
     }
 }
+
+/// Why the machine turns a user request down before it becomes an event (the D-Bus API answers
+/// with an error instead of an acknowledgement).
+public enum Refusal: Sendable, Hashable {
+    /// `pair` while a pairing session runs.
+    case pairingBusy
+    /// `cancel` with no pairing session.
+    case noPairing
+    /// `connect`, `disconnect` or `unpair` of a device paird does not manage.
+    case unknownDevice(DeviceAddress)
+    /// `connect` of a device whose bond is gone: only pairing again helps.
+    case needsRepair(DeviceAddress, RepairReason)
+}
+
+extension PairingMachine {
+    /// The refusal a user request meets in the current state, or nil when the machine takes it.
+    /// Events from BlueZ and countdowns are never refused.
+    public func refusal(of event: Event) -> Refusal? {
+        switch event {
+        case .userPair: return pairing == nil ? nil : .pairingBusy
+        case .userCancelPairing: return pairing == nil ? .noPairing : nil
+        case .userConnect(let a):
+            guard let d = device(a) else { return .unknownDevice(a) }
+            if case .needsRepair(let why) = d.state { return .needsRepair(a, why) }
+            return nil
+        case .userDisconnect(let a), .userUnpair(let a):
+            return device(a) == nil ? .unknownDevice(a) : nil
+        case .adapterReady, .adapterLost, .autoConnectArmed, .linkUp, .servicesResolved, .servicesLost, .linkProven,
+             .linkDown, .bondLost, .deviceRemoved, .bondedDeviceAppeared, .connectSucceeded, .connectFailed, .linkSetUp,
+             .pairSucceeded, .pairFailed, .candidateFound, .discoveryFailed, .countdownFired:
+            return nil
+        }
+    }
+}

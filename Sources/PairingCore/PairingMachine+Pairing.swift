@@ -9,7 +9,7 @@ extension PairingMachine {
     // MARK: Pairing
 
     mutating func userPair(_ request: PairRequest, _ now: Moment, _ actions: inout [Action]) {
-        guard pairing == nil else { return } // the runtime refuses a second session before it gets here
+        guard pairing == nil else { return } // refused before it gets here: refusal(of:) says .pairingBusy
         guard adapterUp else {
             actions.append(.pairingEnded(.adapterUnavailable))
             return
