@@ -28,25 +28,31 @@ let package = Package(
         .target(name: "PairingCore"),
         .target(name: "EventLoop"),
         .target(name: "DBus", dependencies: ["CDBus", "EventLoop"]),
-        .target(name: "BlueZ", dependencies: ["DBus", "PairingCore"]),
+        .target(name: "BlueZ", dependencies: ["DBus", "EventLoop", "PairingCore"]),
         .target(name: "Paird", dependencies: ["PairingCore", "EventLoop", "DBus", "BlueZ", "CSystemd"]),
         .executableTarget(name: "paird", dependencies: [
-            "Paird", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            "Paird", "PairingCore", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .target(name: "PairCtlCommands", dependencies: [
-            "DBus", "PairingCore", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            "DBus", "EventLoop", "PairingCore", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "pairctl", dependencies: ["PairCtlCommands"]),
         .executableTarget(name: "PairingBench", dependencies: ["PairingCore"]),
         // Drives the BlueZ client alone (no daemon) inside the test bed.
         .executableTarget(name: "bluez-probe", dependencies: ["BlueZ", "DBus", "EventLoop", "PairingCore"]),
 
+        // What several test targets share: a private dbus-daemon per test, waiting on the loop.
+        .target(name: "TestSupport", dependencies: ["DBus", "EventLoop"], path: "Tests/TestSupport"),
+
         .testTarget(name: "PairingCoreTests", dependencies: ["PairingCore"]),
         .testTarget(name: "CModulesTests", dependencies: ["CDBus", "CSystemd"]),
         .testTarget(name: "EventLoopTests", dependencies: ["EventLoop"]),
-        .testTarget(name: "DBusTests", dependencies: ["DBus", "EventLoop"], exclude: ["leakcheck.sh"]),
-        .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "EventLoop", "PairingCore"]),
-        .testTarget(name: "PairdTests", dependencies: ["Paird", "PairCtlCommands", "PairingCore", "DBus", "EventLoop"]),
+        .testTarget(name: "DBusTests", dependencies: ["DBus", "EventLoop", "TestSupport"], exclude: ["leakcheck.sh"]),
+        .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "EventLoop", "PairingCore", "TestSupport"]),
+        // In-process: configuration, state file, pairctl's error mapping.
+        .testTarget(name: "PairdTests", dependencies: ["Paird", "PairCtlCommands", "PairingCore", "DBus"]),
+        // The real paird and pairctl binaries against python-dbusmock's BlueZ on a private bus.
+        .testTarget(name: "PairdIntegrationTests", dependencies: ["PairingCore", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -63,9 +63,10 @@ public struct DeviceInfo: Sendable, Hashable {
         BlueZDeviceView(exists: true, bonded: isBonded, connected: connected, servicesResolved: servicesResolved)
     }
 
-    /// The pairing candidate this device makes.
+    /// The pairing candidate this device makes (RSSI 127 is HCI's "not available").
     public var candidate: Candidate {
-        Candidate(address: address, addressType: addressType, name: name, rssi: rssi, serviceUUIDs: uuids, bonded: isBonded)
+        Candidate(address: address, addressType: addressType, name: name, rssi: rssi == 127 ? nil : rssi,
+                  serviceUUIDs: uuids, bonded: paired)
     }
 }
 
@@ -81,15 +82,18 @@ public enum BlueZEvent: Sendable, Hashable {
     case autoConnectArmed([String])
     /// A device under the adapter appeared, or (while our discovery runs) advertised new data.
     case deviceFound(DeviceInfo)
-    case connectedChanged(DeviceAddress, Bool)
+    /// `Connected` turned true.
+    case linkUp(DeviceAddress)
+    /// The link went down, with everything the disconnect classifier needs: the reason from
+    /// `Device1.Disconnected` (BlueZ ≥ 5.83, which sends it just before `Connected` turns false;
+    /// nil on older BlueZ), the bond and the adapter as BlueZ reports them at that moment.
+    case linkDown(DeviceAddress, DisconnectClassifier.Evidence)
     case servicesResolvedChanged(DeviceAddress, Bool)
     /// `Paired && (Bonded ?? true)` changed.
     case bondChanged(DeviceAddress, bonded: Bool)
     /// The device object vanished while the adapter stayed up (held back briefly, and dropped
     /// when the adapter goes away meanwhile: see `BlueZClient.init`'s `removalGrace`).
     case deviceRemoved(DeviceAddress)
-    /// `Device1.Disconnected` (BlueZ ≥ 5.83), just before `Connected` turns false.
-    case disconnectReason(DeviceAddress, reason: String, message: String)
     /// A new `Value` of a characteristic subscribed through `setUpLink`.
     case notification(DeviceAddress, characteristic: String, value: [UInt8])
     case battery(DeviceAddress, UInt8)

@@ -31,18 +31,18 @@ public final class DBusConnection {
     var raw: OpaquePointer?
 
     // Loop integration state.
-    private var watches: [OpaquePointer: IOWatch] = [:]
-    private var timeouts: [OpaquePointer: TimeoutEntry] = [:]
-    private var dispatchScheduled = false
+    var watches: [OpaquePointer: IOWatch] = [:]
+    var timeouts: [OpaquePointer: TimeoutEntry] = [:]
+    var dispatchScheduled = false
     private(set) var dispatching = false
-    private var closeRequested = false
+    var closeRequested = false
 
     // Outstanding async calls, so that close() can cancel them (a pending call holds a reference
     // to the libdbus connection; left alone they would keep it alive forever).
-    private var pendingCalls: [ObjectIdentifier: PendingCall] = [:]
+    var pendingCalls: [ObjectIdentifier: PendingCall] = [:]
 
-    private var subscriptions: [SignalSubscription] = []
-    private var matchRuleCounts: [String: Int] = [:]
+    var subscriptions: [SignalSubscription] = []
+    var matchRuleCounts: [String: Int] = [:]
 
     // Exported objects (see ExportedObjects.swift).
     var objects: [String: DBusObject] = [:]
@@ -52,7 +52,7 @@ public final class DBusConnection {
     /// `close()` is called. A daemon usually exits then and lets systemd restart it.
     public var onDisconnect: (() -> Void)?
 
-    private init(raw: OpaquePointer, loop: EventLoop) {
+    init(raw: OpaquePointer, loop: EventLoop) {
         self.raw = raw
         self.loop = loop
         // A daemon decides itself what a lost bus means; libdbus would call _exit(1).
@@ -137,7 +137,7 @@ public final class DBusConnection {
         teardown(raw, notifyCallers: true)
     }
 
-    private func teardown(_ conn: OpaquePointer, notifyCallers: Bool) {
+    func teardown(_ conn: OpaquePointer, notifyCallers: Bool) {
         self.raw = nil
         let calls = Array(pendingCalls.values)
         pendingCalls.removeAll()
@@ -176,7 +176,7 @@ public final class DBusConnection {
 
     /// Installs the hooks. The context is `self`, unretained: `teardown` unhooks everything before
     /// `self` can go away, so libdbus never calls back into a freed object.
-    private func install(_ conn: OpaquePointer) {
+    func install(_ conn: OpaquePointer) {
         let context = Unmanaged.passUnretained(self).toOpaque()
         dbus_connection_set_watch_functions(conn, { watch, data in
             guard let watch, let data else { return 0 }
@@ -237,7 +237,7 @@ public final class DBusConnection {
         Unmanaged<DBusConnection>.fromOpaque(context).takeUnretainedValue()
     }
 
-    private static func ioEvents(of watch: OpaquePointer) -> IOEvents {
+    static func ioEvents(of watch: OpaquePointer) -> IOEvents {
         guard dbus_watch_get_enabled(watch) != 0 else { return [] }
         let flags = dbus_watch_get_flags(watch)
         var events = IOEvents()
@@ -246,7 +246,7 @@ public final class DBusConnection {
         return events
     }
 
-    private func addWatch(_ watch: OpaquePointer) {
+    func addWatch(_ watch: OpaquePointer) {
         watches[watch]?.cancel()
         let fd = dbus_watch_get_unix_fd(watch)
         watches[watch] = loop.watch(fd: fd, events: Self.ioEvents(of: watch)) { [weak self] ready in
@@ -254,15 +254,15 @@ public final class DBusConnection {
         }
     }
 
-    private func updateWatch(_ watch: OpaquePointer) {
+    func updateWatch(_ watch: OpaquePointer) {
         watches[watch]?.update(events: Self.ioEvents(of: watch))
     }
 
-    private func removeWatch(_ watch: OpaquePointer) {
+    func removeWatch(_ watch: OpaquePointer) {
         watches.removeValue(forKey: watch)?.cancel()
     }
 
-    private func handleWatch(_ watch: OpaquePointer, _ ready: IOEvents) {
+    func handleWatch(_ watch: OpaquePointer, _ ready: IOEvents) {
         guard raw != nil, watches[watch] != nil else { return }
         var flags: UInt32 = 0
         if ready.contains(.read) { flags |= DBUS_WATCH_READABLE.rawValue }
@@ -273,25 +273,25 @@ public final class DBusConnection {
         dispatchNow()
     }
 
-    private func addTimeout(_ timeout: OpaquePointer) {
+    func addTimeout(_ timeout: OpaquePointer) {
         timeouts[timeout]?.timer?.cancel()
         let entry = TimeoutEntry()
         timeouts[timeout] = entry
         arm(timeout, entry)
     }
 
-    private func updateTimeout(_ timeout: OpaquePointer) {
+    func updateTimeout(_ timeout: OpaquePointer) {
         guard let entry = timeouts[timeout] else { return }
         entry.timer?.cancel()
         entry.timer = nil
         arm(timeout, entry)
     }
 
-    private func removeTimeout(_ timeout: OpaquePointer) {
+    func removeTimeout(_ timeout: OpaquePointer) {
         timeouts.removeValue(forKey: timeout)?.timer?.cancel()
     }
 
-    private func arm(_ timeout: OpaquePointer, _ entry: TimeoutEntry) {
+    func arm(_ timeout: OpaquePointer, _ entry: TimeoutEntry) {
         guard dbus_timeout_get_enabled(timeout) != 0 else { return }
         let interval = Duration.milliseconds(Int64(dbus_timeout_get_interval(timeout)))
         entry.timer = loop.schedule(after: interval) { [weak self, weak entry] in
@@ -300,7 +300,7 @@ public final class DBusConnection {
         }
     }
 
-    private func fireTimeout(_ timeout: OpaquePointer, _ entry: TimeoutEntry) {
+    func fireTimeout(_ timeout: OpaquePointer, _ entry: TimeoutEntry) {
         // The identity check guards against a timeout freed and another allocated at its address.
         guard raw != nil, timeouts[timeout] === entry else { return }
         entry.timer = nil
@@ -312,7 +312,7 @@ public final class DBusConnection {
         dispatchNow()
     }
 
-    private func scheduleDispatch() {
+    func scheduleDispatch() {
         guard !dispatchScheduled else { return }
         dispatchScheduled = true
         loop.enqueue { [weak self] in
@@ -324,7 +324,7 @@ public final class DBusConnection {
 
     /// Dispatches queued incoming messages. Bounded per call so that a message storm on one
     /// connection cannot starve the rest of the loop; the remainder goes to the next iteration.
-    private func dispatchNow() {
+    func dispatchNow() {
         guard !dispatching, let conn = raw else { return }
         dispatching = true
         var budget = 256
@@ -346,7 +346,7 @@ public final class DBusConnection {
 
     /// Every incoming message not consumed by libdbus itself (replies to pending calls are) comes
     /// here: signals go to subscriptions, method calls to exported objects.
-    fileprivate func handle(_ raw: OpaquePointer) -> Bool {
+    func handle(_ raw: OpaquePointer) -> Bool {
         switch dbus_message_get_type(raw) {
         case 4: // signal
             deliverSignal(raw)
@@ -358,7 +358,7 @@ public final class DBusConnection {
         }
     }
 
-    private func deliverSignal(_ raw: OpaquePointer) {
+    func deliverSignal(_ raw: OpaquePointer) {
         let header = SignalHeader(raw)
         if header.interface == "org.freedesktop.DBus.Local" && header.member == "Disconnected" {
             onDisconnect?()
@@ -382,7 +382,7 @@ public final class DBusConnection {
         guard dbus_connection_send(raw, message.raw, nil) != 0 else { throw DBusError.noMemory }
     }
 
-    private func checkFDs(_ message: DBusMessage, _ raw: OpaquePointer) throws(DBusError) {
+    func checkFDs(_ message: DBusMessage, _ raw: OpaquePointer) throws(DBusError) {
         if dbus_message_contains_unix_fds(message.raw) != 0 && dbus_connection_can_send_type(raw, TypeCode.unixFD) == 0 {
             throw DBusError(name: DBusError.Name.notSupported, message: "this connection cannot pass file descriptors")
         }
@@ -421,7 +421,7 @@ public final class DBusConnection {
         return call
     }
 
-    private func start(_ call: PendingCall, _ message: DBusMessage, timeout: Duration) throws(DBusError) {
+    func start(_ call: PendingCall, _ message: DBusMessage, timeout: Duration) throws(DBusError) {
         guard let raw, dbus_connection_get_is_connected(raw) != 0 else { throw .disconnected() }
         try checkFDs(message, raw)
         var pending: OpaquePointer?
@@ -451,7 +451,7 @@ public final class DBusConnection {
         }
     }
 
-    fileprivate func forget(_ call: PendingCall) {
+    func forget(_ call: PendingCall) {
         pendingCalls[ObjectIdentifier(call)] = nil
     }
 
@@ -474,119 +474,11 @@ public final class DBusConnection {
         return try replyMessage.arguments()
     }
 
-    // MARK: - Bus methods
-
-    /// Asks the bus for a well-known name (synchronously: a startup step).
-    public func requestName(_ name: String, flags: RequestNameFlags = [.doNotQueue]) throws(DBusError) -> RequestNameReply {
-        try Syntax.require(Syntax.isValidBusName(name) && !name.hasPrefix(":"), "invalid well-known name '\(name)'")
-        let reply = try callSync(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                                 interface: "org.freedesktop.DBus", method: "RequestName",
-                                 args: [.string(name), .uint32(flags.rawValue)], timeout: .seconds(25))
-        switch try reply.expect("u")[0].uint32 {
-        case 1: return .primaryOwner
-        case 2: return .inQueue
-        case 3: return .exists
-        case 4: return .alreadyOwner
-        case let other: throw DBusError.failed("RequestName returned unknown code \(other.map(String.init) ?? "?")")
-        }
-    }
-
-    /// Gives a well-known name back (asynchronously, errors ignored).
-    public func releaseName(_ name: String) {
-        call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-             method: "ReleaseName", args: [.string(name)], timeout: .seconds(25)) { _ in }
-    }
-
-    /// Adds a match rule on the bus, asynchronously. `completion` (optional) learns whether the
-    /// bus accepted it; signals matching it may arrive any time after that.
-    public func addMatch(_ rule: String, completion: ((DBusError?) -> Void)? = nil) {
-        call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-             method: "AddMatch", args: [.string(rule)], timeout: .seconds(25)) { result in
-            switch result {
-            case .success: completion?(nil)
-            case .failure(let error): completion?(error)
-            }
-        }
-    }
-
-    /// Removes a match rule added with `addMatch` (asynchronously, errors ignored).
-    public func removeMatch(_ rule: String) {
-        call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-             method: "RemoveMatch", args: [.string(rule)], timeout: .seconds(25)) { _ in }
-    }
-
-    // MARK: - Signals
-
-    /// Calls `handler` for every incoming signal matching `rule`, and adds the rule on the bus
-    /// (reference-counted: equal rules are added once and removed with their last subscription).
-    /// `ready` (optional) is called once the bus has the rule.
-    ///
-    /// A well-known `sender` (e.g. `org.bluez`) is matched by the bus only: messages carry the
-    /// unique name, so locally only unique senders (`:1.7`) are compared.
-    @discardableResult
-    public func subscribe(_ rule: MatchRule, ready: ((DBusError?) -> Void)? = nil,
-                          _ handler: @escaping (DBusMessage) -> Void) -> SignalSubscription {
-        let subscription = SignalSubscription(rule: rule, connection: self, handler: handler)
-        guard raw != nil else {
-            subscription.connection = nil
-            loop.enqueue { ready?(.disconnected()) }
-            return subscription
-        }
-        subscriptions.append(subscription)
-        let text = rule.text
-        let count = matchRuleCounts[text, default: 0]
-        matchRuleCounts[text] = count + 1
-        if count == 0 {
-            addMatch(text, completion: ready)
-        } else if let ready {
-            // Already on the bus, or about to be: a round trip after the first AddMatch proves it.
-            call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-                 method: "GetId", timeout: .seconds(25)) { result in
-                switch result {
-                case .success: ready(nil)
-                case .failure(let error): ready(error)
-                }
-            }
-        }
-        return subscription
-    }
-
-    /// `subscribe` with the usual fields. Nil fields match anything.
-    @discardableResult
-    public func onSignal(interface: String?, member: String?, path: String? = nil, sender: String? = nil,
-                         ready: ((DBusError?) -> Void)? = nil,
-                         _ handler: @escaping (DBusMessage) -> Void) -> SignalSubscription {
-        subscribe(MatchRule(sender: sender, interface: interface, member: member, path: path), ready: ready, handler)
-    }
-
-    fileprivate func unsubscribe(_ subscription: SignalSubscription) {
-        subscriptions.removeAll { $0 === subscription }
-        let text = subscription.rule.text
-        guard let count = matchRuleCounts[text] else { return }
-        if count <= 1 {
-            matchRuleCounts[text] = nil
-            removeMatch(text)
-        } else {
-            matchRuleCounts[text] = count - 1
-        }
-    }
-
-    /// Emits a signal.
-    public func emitSignal(path: String, interface: String, member: String, args: [DBusValue] = [],
-                           destination: String? = nil) throws(DBusError) {
-        let message = try DBusMessage.signal(path: path, interface: interface, member: member)
-        if let destination {
-            try Syntax.require(Syntax.isValidBusName(destination), "invalid bus name '\(destination)'")
-            guard dbus_message_set_destination(message.raw, destination) != 0 else { throw DBusError.noMemory }
-        }
-        try message.append(args)
-        try send(message)
-    }
 }
 
 /// A libdbus timeout's loop timer. A class so a fired timer can tell whether the timeout it was
 /// armed for is still the one registered at that address.
-private final class TimeoutEntry {
+final class TimeoutEntry {
     var timer: TimerHandle?
 }
 
@@ -595,161 +487,4 @@ private final class TimeoutEntry {
 private let messageFilter: DBusHandleMessageFunction = { _, message, data in
     guard let message, let data else { return DBUS_HANDLER_RESULT_NOT_YET_HANDLED }
     return DBusConnection.from(data).handle(message) ? DBUS_HANDLER_RESULT_HANDLED : DBUS_HANDLER_RESULT_NOT_YET_HANDLED
-}
-
-/// An asynchronous method call in flight. Loop thread only.
-public final class PendingCall {
-    /// The libdbus pending call; this object owns one reference until the call ends.
-    fileprivate var raw: OpaquePointer?
-    fileprivate weak var connection: DBusConnection?
-    private var handler: ((Result<[DBusValue], DBusError>) -> Void)?
-
-    fileprivate init(handler: @escaping (Result<[DBusValue], DBusError>) -> Void) {
-        self.handler = handler
-    }
-
-    /// True until the reply was delivered or the call cancelled.
-    public var isPending: Bool { handler != nil }
-
-    /// Forgets the call: the reply handler will not be called. Idempotent.
-    public func cancel() {
-        connection?.forget(self)
-        _ = abandon()
-    }
-
-    /// Cancels in libdbus, drops our reference and hands back the handler (if not yet called).
-    fileprivate func abandon() -> ((Result<[DBusValue], DBusError>) -> Void)? {
-        let h = handler
-        handler = nil
-        if let raw {
-            self.raw = nil
-            dbus_pending_call_cancel(raw)
-            dbus_pending_call_unref(raw)   // may release self's libdbus retain; the caller holds self
-        }
-        return h
-    }
-
-    fileprivate func replyArrived() {
-        guard let raw, let handler else { return }
-        let result: Result<[DBusValue], DBusError>
-        if let reply = dbus_pending_call_steal_reply(raw) {
-            let message = DBusMessage(owning: reply)
-            if let error = message.error {
-                result = .failure(error)
-            } else {
-                do throws(DBusError) { result = .success(try message.arguments()) } catch { result = .failure(error) }
-            }
-        } else {
-            result = .failure(DBusError(name: DBusError.Name.noReply, message: "no reply"))
-        }
-        self.handler = nil
-        self.raw = nil
-        connection?.forget(self)
-        // libdbus holds its own reference while notifying, so dropping ours here is safe.
-        dbus_pending_call_unref(raw)
-        handler(result)
-    }
-}
-
-/// What a signal subscription matches, rendered as a bus match rule (`type='signal',...`).
-public struct MatchRule: Hashable, Sendable {
-    public var sender: String?
-    public var interface: String?
-    public var member: String?
-    public var path: String?
-    /// Matches `pathNamespace` itself and every path below it.
-    public var pathNamespace: String?
-    /// Matches signals whose first argument is this string (e.g. a name in NameOwnerChanged).
-    public var arg0: String?
-
-    public init(sender: String? = nil, interface: String? = nil, member: String? = nil,
-                path: String? = nil, pathNamespace: String? = nil, arg0: String? = nil) {
-        self.sender = sender
-        self.interface = interface
-        self.member = member
-        self.path = path
-        self.pathNamespace = pathNamespace
-        self.arg0 = arg0
-    }
-
-    /// The rule as the bus's AddMatch takes it.
-    public var text: String {
-        var parts = ["type='signal'"]
-        func add(_ key: String, _ value: String?) {
-            guard let value else { return }
-            // Inside quotes only the apostrophe needs care: close, escaped apostrophe, reopen.
-            parts.append("\(key)='" + value.split(separator: "'", omittingEmptySubsequences: false).joined(separator: "'\\''") + "'")
-        }
-        add("sender", sender)
-        add("interface", interface)
-        add("member", member)
-        add("path", path)
-        add("path_namespace", pathNamespace)
-        add("arg0", arg0)
-        return parts.joined(separator: ",")
-    }
-
-    fileprivate func matches(_ header: SignalHeader) -> Bool {
-        if let interface, interface != header.interface { return false }
-        if let member, member != header.member { return false }
-        if let path, path != header.path { return false }
-        if let ns = pathNamespace, let p = header.path {
-            if !(ns == "/" || p == ns || p.hasPrefix(ns + "/")) { return false }
-        } else if pathNamespace != nil {
-            return false
-        }
-        if let sender, sender.hasPrefix(":"), sender != header.sender { return false }
-        if let arg0 {
-            guard let first = header.firstStringArgument(), first == arg0 else { return false }
-        }
-        return true
-    }
-}
-
-/// Header fields of a signal, read once per message for all subscriptions.
-private struct SignalHeader {
-    let raw: OpaquePointer
-    let interface: String?
-    let member: String?
-    let path: String?
-    let sender: String?
-
-    init(_ raw: OpaquePointer) {
-        self.raw = raw
-        interface = dbus_message_get_interface(raw).map { String(cString: $0) }
-        member = dbus_message_get_member(raw).map { String(cString: $0) }
-        path = dbus_message_get_path(raw).map { String(cString: $0) }
-        sender = dbus_message_get_sender(raw).map { String(cString: $0) }
-    }
-
-    func firstStringArgument() -> String? {
-        var iter = DBusMessageIter()
-        guard dbus_message_iter_init(raw, &iter) != 0, dbus_message_iter_get_arg_type(&iter) == TypeCode.string else { return nil }
-        var p: UnsafePointer<CChar>?
-        dbus_message_iter_get_basic(&iter, &p)
-        return p.map { String(cString: $0) }
-    }
-}
-
-/// A signal subscription; `cancel()` stops delivery and drops the match rule when it was the
-/// last one using it. Loop thread only.
-public final class SignalSubscription {
-    public let rule: MatchRule
-    fileprivate weak var connection: DBusConnection?
-    fileprivate var handler: ((DBusMessage) -> Void)?
-
-    fileprivate init(rule: MatchRule, connection: DBusConnection, handler: @escaping (DBusMessage) -> Void) {
-        self.rule = rule
-        self.connection = connection
-        self.handler = handler
-    }
-
-    public var isActive: Bool { handler != nil }
-
-    public func cancel() {
-        guard handler != nil else { return }
-        handler = nil
-        connection?.unsubscribe(self)
-        connection = nil
-    }
 }

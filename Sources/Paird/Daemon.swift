@@ -44,14 +44,11 @@ public final class Daemon {
     /// cancelled is not in here any more and does nothing; the machine ignores stale ids anyway.
     var timers: [Countdown.ID: TimerHandle] = [:]
     var actions: [Action] = []
-    /// `Disconnected(reason)` of BlueZ ≥ 5.83, kept until the `Connected=false` that follows.
-    var disconnectReasons: [DeviceAddress: DisconnectClassifier.Reason] = [:]
     var battery: [DeviceAddress: UInt8] = [:]
     /// What the machine was last told about BlueZ's auto-connect (`Event.autoConnectArmed`).
     private var autoConnectArmed: Set<DeviceAddress>?
     var lastStatus = ""
     var ready = false
-    var connectCalls = 0
 
     public init(options: Options, log: Log) throws {
         self.log = log
@@ -94,7 +91,11 @@ public final class Daemon {
             log.error("lost the system bus; exiting so systemd restarts us")
             loop.stop()
         }
-        api = ManagerAPI(daemon: self)
+        api = ManagerAPI(bus: bus, backend: .init(
+            feed: { [unowned self] in feed($0) },
+            machine: { [unowned self] in machine },
+            adapter: { [unowned self] in bluez?.adapter },
+            status: { [unowned self] in status() }))
         try bus.export(path: PairdAPI.objectPath, object: api.object)
         switch try bus.requestName(PairdAPI.busName) {
         case .primaryOwner, .alreadyOwner: break
@@ -174,19 +175,10 @@ public final class Daemon {
                 feed(.bondedDeviceAppeared(info.address))
             }
             guard let p = machine.pairing, case .scanning = p.phase else { return }
-            // RSSI 127 is HCI's "not available".
-            feed(.candidateFound(Candidate(address: info.address, addressType: info.addressType, name: info.name,
-                                           rssi: info.rssi == 127 ? nil : info.rssi, serviceUUIDs: info.uuids,
-                                           bonded: info.paired)))
-        case .connectedChanged(let a, true):
+            feed(.candidateFound(info.candidate))
+        case .linkUp(let a):
             feed(.linkUp(a))
-        case .connectedChanged(let a, false):
-            let info = bluez.device(a)
-            let evidence = DisconnectClassifier.Evidence(
-                reason: disconnectReasons.removeValue(forKey: a),
-                stillBonded: info.map { $0.paired && ($0.bonded ?? true) } ?? false,
-                deviceExists: info != nil,
-                adapterUp: bluez.adapter?.powered ?? false)
+        case .linkDown(let a, let evidence):
             feed(.linkDown(a, evidence))
         case .servicesResolvedChanged(let a, let resolved):
             if resolved {
@@ -199,8 +191,6 @@ public final class Daemon {
         case .deviceRemoved(let a):
             battery[a] = nil
             feed(.deviceRemoved(a))
-        case .disconnectReason(let a, let reason, _):
-            disconnectReasons[a] = DisconnectClassifier.Reason(name: reason)
         case .notification(let a, let characteristic, let value):
             try? bus.emitSignal(path: PairdAPI.objectPath, interface: PairdAPI.interface, member: "Notification",
                                 args: [.string(a.description), .string(characteristic), .bytes(value)])
@@ -272,7 +262,6 @@ public final class Daemon {
         if log.minimumPriority == .debug { log.debug("action: \(action)") }
         switch action {
         case .connect(let a, let call, let timeout):
-            connectCalls += 1
             bluez.connect(a, timeout: timeout) { [unowned self] failure in
                 if let failure {
                     feed(.connectFailed(a, call: call, failure))
@@ -308,7 +297,7 @@ public final class Daemon {
             }
             scheduleRescan(request)
             // Devices BlueZ already lists (seen before this scan) are candidates too.
-            for info in bluez.discoveredDevices() {
+            for info in bluez.devices {
                 handle(.deviceFound(info))
             }
         case .stopDiscovery:

@@ -1,44 +1,48 @@
+import BlueZ
 import DBus
 import PairingCore
 
 /// `org.paird1.Manager1` at `/org/paird1`: what pairctl talks to. Who may call what is the D-Bus
-/// policy's job (etc/dbus-1/system.d/org.paird1.conf); this validates arguments and turns each
-/// call into a user event for the machine.
+/// policy's job (etc/dbus-1/system.d/org.paird1.conf); this validates arguments, asks the machine
+/// whether it takes the request (`PairingMachine.refusal(of:)`), and feeds it as a user event.
 final class ManagerAPI {
-    unowned let daemon: Daemon
-    let object = DBusObject()
-    /// The `Pair` call waiting for its session to end.
-    var pendingPair: MethodContext?
+    /// What the API needs of the daemon: a feed into the machine and sources for the status.
+    struct Backend {
+        var feed: (Event) -> Void
+        var machine: () -> PairingMachine
+        var adapter: () -> AdapterInfo?
+        var status: () -> StatusDocument
+    }
 
-    init(daemon owner: Daemon) {
-        daemon = owner
+    let object = DBusObject()
+    private let bus: DBusConnection
+    private let backend: Backend
+    /// The `Pair` call waiting for its session to end.
+    private var pendingPair: MethodContext?
+
+    init(bus: DBusConnection, backend: Backend) {
+        self.bus = bus
+        self.backend = backend
         let i = DBusInterface(PairdAPI.interface)
         i.method("Pair", in: "a{sv}", out: "ss") { [unowned self] args, call in try pair(args, call) }
         i.method("CancelPairing") { [unowned self] _, call in
-            guard daemon.machine.pairing != nil else { throw DBusError(name: PairdAPI.Error.failed, message: "no pairing in progress") }
-            daemon.feed(.userCancelPairing)
+            try submit(.userCancelPairing)
             call.reply()
         }
         i.method("Unpair", in: "s") { [unowned self] args, call in
-            let a = try knownDevice(args)
-            daemon.feed(.userUnpair(a))
+            try submit(.userUnpair(try address(args)))
             call.reply()
         }
         i.method("Connect", in: "s") { [unowned self] args, call in
-            let a = try knownDevice(args)
-            if case .needsRepair(let why)? = daemon.machine.device(a)?.state {
-                throw DBusError(name: PairdAPI.Error.needsRepair, message: "\(a) needs re-pairing (\(why)): run pairctl pair \(a)")
-            }
-            daemon.feed(.userConnect(a))
+            try submit(.userConnect(try address(args)))
             call.reply()
         }
         i.method("Disconnect", in: "s") { [unowned self] args, call in
-            let a = try knownDevice(args)
-            daemon.feed(.userDisconnect(a))
+            try submit(.userDisconnect(try address(args)))
             call.reply()
         }
         i.method("GetStatus", out: "s") { [unowned self] _, call in
-            call.reply([.string(daemon.status().json(pretty: false))])
+            call.reply([.string(backend.status().json(pretty: false))])
         }
         i.property("Version", signature: "s", emitsChange: false, get: { .string(PairdAPI.version) })
         for (name, signature) in Self.statusProperties {
@@ -58,13 +62,14 @@ final class ManagerAPI {
     private var published: [String: DBusValue] = [:]
 
     func statusValues() -> [String: DBusValue] {
-        let adapter = daemon.bluez?.adapter
-        let devices = daemon.machine.devices.values.sorted { $0.address < $1.address }.map {
+        let adapter = backend.adapter()
+        let machine = backend.machine()
+        let devices = machine.devices.values.sorted { $0.address < $1.address }.map {
             DBusDictEntry(key: .string($0.address.description), value: .string($0.state.name))
         }
         return ["AdapterPresent": .bool(adapter != nil),
                 "AdapterPowered": .bool(adapter?.powered ?? false),
-                "Pairing": .string(daemon.machine.pairing?.phase.name ?? ""),
+                "Pairing": .string(machine.pairing?.phase.name ?? ""),
                 "Devices": .dict(keySignature: "s", valueSignature: "s", devices)]
     }
 
@@ -74,24 +79,37 @@ final class ManagerAPI {
         let changed = now.filter { published[$0.key] != $0.value }
         published = now
         guard !changed.isEmpty else { return }
-        try? daemon.bus.emitPropertiesChanged(path: PairdAPI.objectPath, interface: PairdAPI.interface, changed: changed)
+        try? bus.emitPropertiesChanged(path: PairdAPI.objectPath, interface: PairdAPI.interface, changed: changed)
     }
 
-    func knownDevice(_ args: [DBusValue]) throws -> DeviceAddress {
+    func address(_ args: [DBusValue]) throws -> DeviceAddress {
         guard let text = args.first?.string, let a = DeviceAddress(text) else {
             throw DBusError(name: PairdAPI.Error.invalidArguments,
                             message: "\"\(args.first?.string ?? "")\" is not a Bluetooth address (AA:BB:CC:DD:EE:FF)")
         }
-        guard daemon.machine.device(a) != nil else {
-            throw DBusError(name: PairdAPI.Error.unknownDevice, message: "\(a) is not paired with paird")
-        }
         return a
     }
 
-    func pair(_ args: [DBusValue], _ call: MethodContext) throws {
-        guard pendingPair == nil, daemon.machine.pairing == nil else {
-            throw DBusError(name: PairdAPI.Error.busy, message: "a pairing is already in progress")
+    /// Throws the machine's refusal of `event` as the D-Bus error pairctl maps to its exit code.
+    func refuseIfNeeded(_ event: Event) throws {
+        guard let refusal = backend.machine().refusal(of: event) else { return }
+        switch refusal {
+        case .pairingBusy: throw DBusError(name: PairdAPI.Error.busy, message: "a pairing is already in progress")
+        case .noPairing: throw DBusError(name: PairdAPI.Error.failed, message: "no pairing in progress")
+        case .unknownDevice(let a): throw DBusError(name: PairdAPI.Error.unknownDevice, message: "\(a) is not paired with paird")
+        case .needsRepair(let a, let why):
+            throw DBusError(name: PairdAPI.Error.needsRepair, message: "\(a) needs re-pairing (\(why.token)): run pairctl pair \(a)")
         }
+    }
+
+    /// A user request the machine takes: fed to it; one it refuses: the caller gets the error.
+    func submit(_ event: Event) throws {
+        try refuseIfNeeded(event)
+        backend.feed(event)
+    }
+
+    func pair(_ args: [DBusValue], _ call: MethodContext) throws {
+        try refuseIfNeeded(.userPair(PairRequest()))   // busy before the options are even read
         let options = args.first?.dictionary ?? [:]
         var request = PairRequest()
         for (key, value) in options {
@@ -123,7 +141,7 @@ final class ManagerAPI {
             }
         }
         pendingPair = call
-        daemon.feed(.userPair(request))
+        backend.feed(.userPair(request))
     }
 
     func pairingProgress(_ p: PairingProgress) {
@@ -137,7 +155,7 @@ final class ManagerAPI {
         case .removingStaleBond(let a): (kind, address, text) = ("removing-stale-bond", "\(a)", "removing the old bond of \(a)…")
         case .paired(let a): (kind, address, text) = ("paired", "\(a)", "paired, connecting…")
         }
-        try? daemon.bus.emitSignal(path: PairdAPI.objectPath, interface: PairdAPI.interface, member: "PairingProgress",
+        try? bus.emitSignal(path: PairdAPI.objectPath, interface: PairdAPI.interface, member: "PairingProgress",
                                    args: [.string(kind), .string(address), .string(text)])
     }
 
@@ -146,7 +164,7 @@ final class ManagerAPI {
         pendingPair = nil
         switch outcome {
         case .success(let a, let name): call.reply([.string(a.description), .string(name)])
-        case .alreadyPaired(let a): call.reply([.string(a.description), .string(daemon.machine.device(a)?.identity.name ?? "")])
+        case .alreadyPaired(let a): call.reply([.string(a.description), .string(backend.machine().device(a)?.identity.name ?? "")])
         case .noDeviceFound: call.fail(DBusError(name: PairdAPI.Error.noDeviceFound, message: "no matching wearable found before the timeout"))
         case .authenticationFailed(let why): call.fail(DBusError(name: PairdAPI.Error.authenticationFailed, message: "authentication failed (\(why))"))
         case .timedOut(let phase): call.fail(DBusError(name: PairdAPI.Error.timeout, message: "timed out while \(phase)"))

@@ -1,4 +1,4 @@
-import CSystemd
+internal import CSystemd
 import EventLoop
 import PairingCore
 #if canImport(Glibc)

@@ -29,7 +29,7 @@ public enum DeviceState: Sendable, Hashable {
     /// The user asked for it to stay down. Survives restarts.
     case disconnected
     /// The bond no longer works or BlueZ forgot the device. Never retried; `pairctl pair` fixes it.
-    case needsRepair(reason: String)
+    case needsRepair(reason: RepairReason)
     /// No adapter, adapter powered off, or bluetoothd gone.
     case adapterUnavailable
 
@@ -47,14 +47,14 @@ public enum DeviceState: Sendable, Hashable {
         /// adapter's return or the user's `connect` is running.
         case fallbackDue(countdown: Countdown)
         /// That `Connect()` is in flight and must have answered by the countdown.
-        case probing(call: UInt64, startedAt: Moment, countdown: Countdown)
+        case fallbackConnecting(call: UInt64, startedAt: Moment, countdown: Countdown)
     }
 
     /// The countdown a timed state carries; nil for untimed states.
     public var countdown: Countdown? {
         switch self {
         case .connecting(_, _, let c), .discovering(let c), .waitingForDevice(.fallbackDue(let c)),
-             .waitingForDevice(.probing(_, _, let c)): c
+             .waitingForDevice(.fallbackConnecting(_, _, let c)): c
         case .restoring, .connected, .waitingForDevice(.onAutoConnect), .disconnected, .needsRepair, .adapterUnavailable: nil
         }
     }
@@ -78,6 +78,34 @@ public enum DeviceState: Sendable, Hashable {
         switch self {
         case .restoring, .connecting, .discovering, .connected, .waitingForDevice, .adapterUnavailable: true
         case .disconnected, .needsRepair: false
+        }
+    }
+}
+
+/// Why a wearable needs pairing again. The raw values are the journal's and the D-Bus error's words.
+public enum RepairReason: String, Sendable, Hashable, CaseIterable {
+    /// BlueZ forgot the device (`RemoveDevice` elsewhere, or its object vanished).
+    case deviceRemoved = "device-removed"
+    /// BlueZ still has the device, but `Paired` (or `Bonded`) turned false.
+    case bondRemoved = "bond-removed"
+    /// Authentication with the stored key failed (`Disconnected` reason, or a request's error).
+    case authentication = "authentication"
+    /// A request answered `DoesNotExist`: BlueZ no longer has the device.
+    case deviceGone = "device-gone"
+    /// Set-ups kept failing before the wearable ever answered (`MachineConfig.setupFailuresBeforeRepair`):
+    /// on BlueZ 5.66, what a wearable that forgot its bond looks like.
+    case suspectedBondLoss = "suspected-bond-loss"
+
+    public var token: String { rawValue }
+
+    /// The reason behind a request failure that `ConnectFailureClassifier` calls `.bondLost`.
+    public init(bondFailure failure: BlueZFailure) {
+        switch failure {
+        case .authentication: self = .authentication
+        case .deviceGone: self = .deviceGone
+        default:
+            assertionFailure("\(failure) is no lost bond (ConnectFailureClassifier)")
+            self = .authentication
         }
     }
 }

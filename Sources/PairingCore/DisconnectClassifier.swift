@@ -57,15 +57,15 @@ public enum DisconnectClassifier {
     public enum Verdict: Sendable, Hashable {
         case requested
         case linkLoss(reason: String)
-        case bondLost(reason: String)
+        case bondLost(reason: RepairReason)
         case adapterGone
     }
 
     public static func classify(_ e: Evidence, weAskedForIt: Bool) -> Verdict {
         if !e.adapterUp { return .adapterGone }
-        if !e.deviceExists { return .bondLost(reason: "device-removed") }
-        if !e.stillBonded { return .bondLost(reason: "bond-removed") }
-        if e.reason == .authentication { return .bondLost(reason: "authentication") }
+        if !e.deviceExists { return .bondLost(reason: .deviceRemoved) }
+        if !e.stillBonded { return .bondLost(reason: .bondRemoved) }
+        if e.reason == .authentication { return .bondLost(reason: .authentication) }
         if weAskedForIt { return .requested }
         return .linkLoss(reason: e.reason?.token ?? "link-loss")
     }

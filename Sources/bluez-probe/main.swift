@@ -105,7 +105,7 @@ step("adapter ready (agent + GattProfile1 registered)") {
 step("discovery finds the wearable") {
     try request("StartDiscovery", 10) { client.startDiscovery(serviceUUIDs: [service], address: nil, reply: $0) }
     let matches = { (d: DeviceInfo) in d.name == wantedName || d.uuids.contains(service) }
-    for d in client.discoveredDevices() where matches(d) { device = d.address }
+    for d in client.devices where matches(d) { device = d.address }
     try wait("a device advertising \(service)", 30) {
         if device != nil { return true }
         for case .deviceFound(let d) in events where matches(d) { device = d.address; return true }

@@ -4,6 +4,7 @@ import BlueZ
 import DBus
 import EventLoop
 import PairingCore
+import TestSupport
 
 // Test doubles for BlueZ: a private system-type dbus-daemon and python-dbusmock's `bluez5`
 // template (Debian 12: python3-dbusmock 0.28.7), extended over `org.freedesktop.DBus.Mock`.
@@ -21,71 +22,11 @@ import PairingCore
 // - AddressType is always "public"; no Disconnected signal unless emitted by a test; bluetoothd
 //   "restart" is the mock process dying (like SIGKILL: no removals, no Powered=false first).
 
-/// A private system-type `dbus-daemon` (allow-all policy, unix socket in a temp dir).
-final class PrivateSystemBus {
-    let address: String
-    let directory: URL
-    private let process: Process
+/// The BlueZ tests' bus: a private system-type `dbus-daemon` (TestSupport).
+typealias PrivateSystemBus = PrivateDBusDaemon
 
-    init() throws {
-        directory = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("paird-bluez-\(UUID().uuidString.prefix(8))")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let config = directory.appendingPathComponent("bus.conf")
-        try """
-        <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
-         "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-        <busconfig>
-          <type>system</type>
-          <listen>unix:path=\(directory.path)/bus</listen>
-          <policy context="default">
-            <allow send_destination="*" eavesdrop="true"/>
-            <allow eavesdrop="true"/>
-            <allow own="*"/>
-          </policy>
-        </busconfig>
-        """.write(to: config, atomically: true, encoding: .utf8)
-        let out = Pipe()
-        process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
-        process.arguments = ["--config-file=\(config.path)", "--print-address=1", "--nofork"]
-        process.standardOutput = out
-        try process.run()
-        var data = Data()
-        let handle = out.fileHandleForReading
-        while !data.contains(UInt8(ascii: "\n")) {
-            let chunk = handle.availableData
-            if chunk.isEmpty { break }
-            data.append(chunk)
-        }
-        let line = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-        guard !line.isEmpty else {
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-            throw DBusError.failed("dbus-daemon printed no address")
-        }
-        address = line
-    }
-
-    deinit {
-        // SIGKILL: children of Swift Testing's worker threads inherit a mask that blocks SIGTERM.
-        kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
-        try? FileManager.default.removeItem(at: directory)
-    }
-}
-
-struct TimedOut: Error, CustomStringConvertible {
-    let what: String
-    var description: String { "timed out waiting for \(what)" }
-}
-
-/// Runs `loop` until `condition` holds; `limit` only turns a hang into a failure.
-func runUntil(_ loop: EventLoop, _ what: String, limit: Duration = .seconds(10), _ condition: () -> Bool) throws {
-    var expired = false
-    let timer = loop.schedule(after: limit) { expired = true; loop.stop() }
-    defer { timer.cancel() }
-    try loop.run(until: { condition() || expired })
-    if !condition() { throw TimedOut(what: what) }
+extension PrivateDBusDaemon {
+    convenience init() throws { try self.init(kind: .system, prefix: "paird-bluez") }
 }
 
 /// Checks `condition` (which may call the mock, so it runs outside the loop) until it holds,

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import DBus
 import EventLoop
+import TestSupport
 
 @Suite(.serialized) struct ConnectionTests {
     @Test func connectionsHaveUniqueNamesAndCanOwnNames() throws {

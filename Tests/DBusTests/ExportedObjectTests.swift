@@ -1,6 +1,7 @@
 import Testing
 import DBus
 import EventLoop
+import TestSupport
 
 @Suite(.serialized) struct ExportedObjectTests {
     private let properties = "org.freedesktop.DBus.Properties"

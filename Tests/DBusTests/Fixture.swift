@@ -1,6 +1,7 @@
 import Testing
 import DBus
 import EventLoop
+import TestSupport
 
 /// One loop, one private bus, and two connections on it: `server` exports, `client` calls.
 /// Both connections run on the same loop, so async calls between them work; `callSync` between

@@ -1,6 +1,7 @@
 import Testing
 import DBus
 import EventLoop
+import TestSupport
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -1,4 +1,5 @@
 import DBus
+import Foundation
 import Testing
 @testable import PairCtlCommands
 
@@ -25,26 +26,18 @@ struct PairctlErrorTests {
         #expect(PairctlError(DBusError(name: name, message: "m")).exit == exit)
     }
 
-    @Test("every exit code is distinct")
-    func distinct() {
-        #expect(Set(PairctlExit.allCases.map(\.rawValue)).count == PairctlExit.allCases.count)
-    }
-
-    @Test("bad arguments: exit 64 and one line on stderr naming the subcommand's --help (the real binary)")
-    func usage() throws {
-        let host = try MockedHost()   // no paird: bad arguments never reach the bus
-        for (args, text, hint) in [
-            (["pair", "not-an-address"], "not a Bluetooth address", "pairctl pair --help"),
-            (["pair", "--timeout", "0"], "--timeout must be", "pairctl pair --help"),
-            (["status", "--bogus"], "Unknown option '--bogus'", "pairctl status --help"),
-            (["frobnicate"], "frobnicate", "pairctl --help"),
-        ] {
-            let r = host.run(MockedHost.pairctlBin, args)
-            #expect(r.status == 64, "\(args)")
-            #expect(r.err.hasPrefix("pairctl: "), "\(r.err)")
-            #expect(r.err.contains(text), "\(r.err)")
-            #expect(r.err.contains("(see '\(hint)')"), "\(r.err)")
-            #expect(r.err.split(separator: "\n").count == 1, "one line: \(r.err)")
-        }
+    /// The README's "Exit codes:" sentence is the scripts' contract: it must list exactly the codes
+    /// pairctl has (a code added, renumbered or dropped on one side only fails here).
+    @Test("the README lists exactly pairctl's exit codes")
+    func documented() throws {
+        let readme = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .appendingPathComponent("../../README.md").standardized
+        let text = try String(contentsOf: readme, encoding: .utf8)
+        let start = try #require(text.range(of: "Exit codes: "))
+        let end = try #require(text.range(of: ".\n", range: start.upperBound..<text.endIndex))
+        let sentence = text[start.upperBound..<end.lowerBound].replacingOccurrences(of: "\n", with: " ")
+        // "0 success, 1 other failure, …, 64 bad arguments": the number that opens each item.
+        let documented = sentence.components(separatedBy: ", ").compactMap { Int32($0.split(separator: " ").first ?? "") }
+        #expect(documented.sorted() == PairctlExit.allCases.map(\.rawValue).sorted())
     }
 }

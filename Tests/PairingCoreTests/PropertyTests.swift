@@ -88,6 +88,7 @@ struct PropertyTests {
             var h = Harness(config: config, state: initial)
             var promises = Promises()
             for a in initial.devices where a.wanted == .disconnected { promises.userDown.insert(a.address) }
+            var lastAutoConnect: [String]?
             for step in 0..<150 {
                 let event = gen.event(for: h)
                 if case .countdownFired(let id) = event, let c = h.armed[id] {
@@ -102,6 +103,12 @@ struct PropertyTests {
                 let context = "seed \(seed) step \(step) event \(event)"
                 if !check(h, before: before, event: event, actions: actions, promises: &promises, context: context) { return }
                 if !checkPersistence(persistedBefore, h.machine.persistedState(), actions, context) { return }
+                // BlueZ's auto-connect list follows the machine: the last update sent is what it wants now.
+                for case .updateAutoConnect(let uuids) in actions { lastAutoConnect = uuids }
+                if let sent = lastAutoConnect, sent != h.machine.autoConnectUUIDs {
+                    Issue.record("auto-connect last set to \(sent), the machine wants \(h.machine.autoConnectUUIDs) — \(context)")
+                    return
+                }
                 totalSteps += 1
             }
         }
@@ -150,7 +157,7 @@ struct PropertyTests {
         switch event {
         case .userConnect(let a): promises.userDown.remove(a)
         case .userUnpair(let a): promises.userDown.remove(a); promises.repairPending.remove(a)
-        case .bondedDeviceAppeared(let a) where before[a]?.state == .needsRepair(reason: "device-removed"):
+        case .bondedDeviceAppeared(let a) where before[a]?.state == .needsRepair(reason: .deviceRemoved):
             promises.repairPending.remove(a) // BlueZ has the bond again: not a loop after a lost bond
         case .pairSucceeded(let a, _), .pairFailed(let a, _, .alreadyExists):
             if h.machine.devices[a]?.wanted == .connected, before[a]?.wanted != .connected || before[a]?.state.name == "needsRepair" {

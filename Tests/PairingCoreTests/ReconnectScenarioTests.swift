@@ -181,7 +181,7 @@ struct ReconnectScenarioTests {
         var h = Harness.connected()
         h.send(.linkDown(watch, linkLoss))
         guard case .waitingForDevice(.fallbackDue(let first))? = h.state(watch) else { Issue.record(); return }
-        h.fireNext() // probing now, a new countdown
+        h.fireNext() // a fallback Connect() in flight now, a new countdown
         let oldCall = h.lastConnectCall[watch]!
         let before = h.state(watch)
         #expect(h.send(.countdownFired(first.id)).isEmpty)
@@ -272,7 +272,7 @@ struct ReconnectScenarioTests {
             if round < 3 {
                 #expect(h.stateName(watch) == "waitingForDevice")
             } else {
-                #expect(h.state(watch) == .needsRepair(reason: "suspected-bond-loss"))
+                #expect(h.state(watch) == .needsRepair(reason: .suspectedBondLoss))
                 #expect(out.contains(.setTrusted(watch, false)), "BlueZ's auto-connect is turned off for it too")
                 #expect(out.contains(.disconnect(watch)))
             }
@@ -311,7 +311,7 @@ struct ReconnectScenarioTests {
             h.fireNext()       // backoff → Connect
             h.send(.linkUp(watch))
         }
-        #expect(h.state(watch) == .needsRepair(reason: "suspected-bond-loss"))
+        #expect(h.state(watch) == .needsRepair(reason: .suspectedBondLoss))
         #expect(h.armed.isEmpty)
         #expect(h.send(.servicesLost(watch)).isEmpty, "ignored outside connected")
     }
@@ -330,7 +330,7 @@ struct ReconnectScenarioTests {
                 reconnects += h.send(.linkSetUp(watch, failure: nil)).reports(.reconnected).count
             } else {
                 // the first loss was on the proven link; the next three on unproven ones
-                #expect(h.state(watch) == .needsRepair(reason: "suspected-bond-loss"))
+                #expect(h.state(watch) == .needsRepair(reason: .suspectedBondLoss))
                 #expect(lost.contains(.setTrusted(watch, false)))
                 #expect(lost.disconnects == 1, "the useless link is dropped")
             }
@@ -357,7 +357,7 @@ struct ReconnectScenarioTests {
                 #expect(h.machine.devices[watch]?.setupFailures == round)
             }
         }
-        #expect(h.state(watch) == .needsRepair(reason: "suspected-bond-loss"))
+        #expect(h.state(watch) == .needsRepair(reason: .suspectedBondLoss))
     }
 
     @Test("a set-up reply that arrives after the services went does not make the link connected")
@@ -408,7 +408,7 @@ struct ReconnectScenarioTests {
                 #expect(h.machine.devices[watch]?.setupFailures == round, "the drop is the same failure")
                 #expect(h.stateName(watch) == "waitingForDevice")
             } else {
-                #expect(h.state(watch) == .needsRepair(reason: "suspected-bond-loss"))
+                #expect(h.state(watch) == .needsRepair(reason: .suspectedBondLoss))
                 #expect(lost.disconnects == 1)
             }
         }
@@ -490,7 +490,7 @@ struct ReconnectScenarioTests {
                 #expect(h.stateName(watch) == "waitingForDevice")
                 #expect(out.reports(.linkLost).count == 1)
             } else {
-                #expect(h.state(watch) == .needsRepair(reason: "suspected-bond-loss"))
+                #expect(h.state(watch) == .needsRepair(reason: .suspectedBondLoss))
             }
         }
     }
@@ -694,7 +694,7 @@ struct RestorationTests {
     func forgottenByBlueZ() {
         var h = restored()
         let out = h.send(.adapterReady([:]))
-        #expect(h.state(watch) == .needsRepair(reason: "device-removed"))
+        #expect(h.state(watch) == .needsRepair(reason: .deviceRemoved))
         #expect(out.connects() == 0)
     }
 
@@ -720,7 +720,7 @@ struct RestorationTests {
         var h = Harness.connected()
         h.send(.adapterLost)
         h.send(.adapterReady([:])) // the new bluetoothd has not loaded the device yet
-        #expect(h.state(watch) == .needsRepair(reason: "device-removed"))
+        #expect(h.state(watch) == .needsRepair(reason: .deviceRemoved))
         let out = h.send(.bondedDeviceAppeared(watch))
         #expect(out.connects(watch) == 0, "the kernel's auto-connect gets its head start")
         #expect(out.contains(.setTrusted(watch, true)))

@@ -53,15 +53,24 @@ struct SmallTypesTests {
         #expect(ConnectFailureClassifier.classify(.adapterUnavailable, elapsed: .zero, absentAfter: absent) == .adapterGone)
     }
 
+    /// The journal's PAIRD_REASON and the NeedsRepair D-Bus error carry these words: scripts read them.
+    @Test("repair reasons keep their words")
+    func repairReasonTokens() {
+        #expect(RepairReason.allCases.map(\.token) ==
+                ["device-removed", "bond-removed", "authentication", "device-gone", "suspected-bond-loss"])
+        #expect(RepairReason(bondFailure: .authentication) == .authentication)
+        #expect(RepairReason(bondFailure: .deviceGone) == .deviceGone)
+    }
+
     @Test("disconnect classifier: evidence order")
     func disconnectClassifier() {
         typealias C = DisconnectClassifier
         #expect(C.classify(.init(), weAskedForIt: false) == .linkLoss(reason: "link-loss"))
         #expect(C.classify(.init(), weAskedForIt: true) == .requested)
         #expect(C.classify(.init(reason: .timeout), weAskedForIt: false) == .linkLoss(reason: "timeout"))
-        #expect(C.classify(.init(reason: .authentication), weAskedForIt: true) == .bondLost(reason: "authentication"))
-        #expect(C.classify(.init(stillBonded: false), weAskedForIt: true) == .bondLost(reason: "bond-removed"))
-        #expect(C.classify(.init(deviceExists: false), weAskedForIt: false) == .bondLost(reason: "device-removed"))
+        #expect(C.classify(.init(reason: .authentication), weAskedForIt: true) == .bondLost(reason: .authentication))
+        #expect(C.classify(.init(stillBonded: false), weAskedForIt: true) == .bondLost(reason: .bondRemoved))
+        #expect(C.classify(.init(deviceExists: false), weAskedForIt: false) == .bondLost(reason: .deviceRemoved))
         #expect(C.classify(.init(stillBonded: false, adapterUp: false), weAskedForIt: false) == .adapterGone)
         #expect(C.Reason(name: "org.bluez.Reason.Future") == .unknown)
     }

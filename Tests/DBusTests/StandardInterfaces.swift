@@ -1,5 +1,7 @@
-/// Typed shortcuts for the standard interfaces a client of BlueZ uses all the time. They only
-/// combine `call`/`subscribe` with the decoding accessors; nothing here is BlueZ-specific.
+/// Typed decoders for the standard interfaces (Properties, ObjectManager) and call shortcuts,
+/// used by the DBus tests as an independent client of exported objects. paird itself decodes
+/// these signals in BlueZ's object cache (Sources/BlueZ); this copy lives with the tests that use it.
+import DBus
 
 /// `org.freedesktop.DBus.Properties.PropertiesChanged`, decoded.
 public struct PropertiesChanged: Sendable, Hashable {

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import PairingCore
+import TestSupport
 
 // The integration tier's host: a private system-type dbus-daemon, python-dbusmock's `bluez5`
 // template as BlueZ, and the REAL paird and pairctl binaries (built next to this test bundle).
@@ -14,6 +15,8 @@ import PairingCore
 final class MockedHost {
     let dir: URL
     let address: String
+    /// Released after `deinit` has killed the processes on it.
+    private let bus: PrivateDBusDaemon
     private var processes: [Process] = []
     private(set) var paird: Process?
     static let binDir = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
@@ -27,21 +30,8 @@ final class MockedHost {
     init() throws {
         dir = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("paird-it-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        let conf = dir.appendingPathComponent("bus.conf")
-        try """
-        <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
-         "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-        <busconfig><type>system</type><listen>unix:path=\(dir.path)/bus</listen>
-          <policy context="default"><allow send_destination="*" eavesdrop="true"/><allow eavesdrop="true"/><allow own="*"/></policy>
-        </busconfig>
-        """.write(to: conf, atomically: true, encoding: .utf8)
-        address = "unix:path=\(dir.path)/bus"
-        let bus = Process()
-        bus.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
-        bus.arguments = ["--config-file=\(conf.path)", "--nofork"]
-        try bus.run()
-        processes.append(bus)
-        try waitFor("the private bus socket", deadline: 10) { FileManager.default.fileExists(atPath: "\(self.dir.path)/bus") }
+        bus = try PrivateDBusDaemon(kind: .system, prefix: "paird-it-bus")
+        address = bus.address
 
         let mock = Process()
         mock.executableURL = URL(fileURLWithPath: "/usr/bin/python3")

@@ -1,0 +1,240 @@
+import DBus
+import EventLoop
+import PairingCore
+
+/// Requests: Connect, Pair, discovery, link set-up (subscriptions, battery), each answering
+/// with a `BlueZFailure`; the calls carry explicit timeouts and drop replies of an older bluetoothd.
+extension BlueZClient {
+    // MARK: - Requests
+
+    public func connect(_ address: DeviceAddress, timeout: Duration, reply: @escaping (BlueZFailure?) -> Void) {
+        guard let path = targetPath(address, reply) else { return }
+        stats.connectCalls[address, default: 0] += 1
+        call(path, Iface.device, "Connect", timeout: timeout) { reply(Self.failure($0)) }
+    }
+
+    public func disconnect(_ address: DeviceAddress, reply: @escaping (BlueZFailure?) -> Void) {
+        guard let path = targetPath(address, reply) else { return }
+        call(path, Iface.device, "Disconnect") { reply(Self.failure($0)) }
+    }
+
+    public func pair(_ address: DeviceAddress, timeout: Duration, reply: @escaping (BlueZFailure?) -> Void) {
+        guard let path = targetPath(address, reply) else { return }
+        stats.pairCalls[address, default: 0] += 1
+        call(path, Iface.device, "Pair", timeout: timeout) { reply(Self.failure($0)) }
+    }
+
+    public func cancelPairing(_ address: DeviceAddress) {
+        guard let path = targetPath(address, { _ in }) else { return }
+        call(path, Iface.device, "CancelPairing") { [weak self] result in
+            if case .failure(let e) = result { self?.note("CancelPairing \(address): \(e)") }
+        }
+    }
+
+    public func setTrusted(_ address: DeviceAddress, _ trusted: Bool, reply: ((BlueZFailure?) -> Void)?) {
+        guard let path = targetPath(address, { reply?($0) }) else { return }
+        call(path, "org.freedesktop.DBus.Properties", "Set",
+             [.string(Iface.device), .string("Trusted"), .variant(.bool(trusted))]) { reply?(Self.failure($0)) }
+    }
+
+    /// `Adapter1.RemoveDevice`: forgets the device and its keys.
+    public func removeDevice(_ address: DeviceAddress, reply: ((BlueZFailure?) -> Void)?) {
+        guard let adapterPath, cache[adapterPath] != nil else {
+            loop.enqueue { reply?(.adapterUnavailable) }
+            return
+        }
+        let path = devicePath(address) ?? adapterPath + "/" + address.pathComponent
+        call(adapterPath, Iface.adapter, "RemoveDevice", [.objectPath(path)]) { reply?(Self.failure($0)) }
+    }
+
+    /// `SetDiscoveryFilter {UUIDs, Transport: le, DuplicateData: false, Pattern?}`, then
+    /// `StartDiscovery` (unless our session already runs: then only the filter changes).
+    public func startDiscovery(serviceUUIDs: [String], address: DeviceAddress?, reply: @escaping (BlueZFailure?) -> Void) {
+        guard let adapterPath, cache[adapterPath] != nil else {
+            loop.enqueue { reply(.adapterUnavailable) }
+            return
+        }
+        var filter: [String: DBusValue] = [
+            "UUIDs": .stringArray(serviceUUIDs.map { ServiceUUID.normalize($0) ?? $0.lowercased() }),
+            "Transport": .string("le"),
+            "DuplicateData": .bool(false),
+        ]
+        if let address { filter["Pattern"] = .string(address.description) }
+        let gen = generation
+        call(adapterPath, Iface.adapter, "SetDiscoveryFilter", [.vardict(filter)]) { [weak self] result in
+            guard let self else { return }
+            if let failure = Self.failure(result) { reply(failure); return }
+            guard gen == self.generation else { reply(.adapterUnavailable); return }
+            if self.discoveryActive { reply(nil); return }
+            self.call(adapterPath, Iface.adapter, "StartDiscovery") { [weak self] result in
+                guard let self else { return }
+                let failure = Self.failure(result)
+                if failure == nil && gen == self.generation { self.discoveryActive = true }
+                reply(failure)
+            }
+        }
+    }
+
+    public func stopDiscovery() {
+        guard discoveryActive else { return }
+        discoveryActive = false
+        guard let adapterPath else { return }
+        call(adapterPath, Iface.adapter, "StopDiscovery") { [weak self] result in
+            if case .failure(let e) = result { self?.note("StopDiscovery: \(e)") }
+        }
+    }
+
+    /// The service UUIDs the `GattProfile1` lists (BlueZ arms LE auto-connect for bonded devices
+    /// offering them). BlueZ reads them at registration, so a change re-registers.
+    public func setAutoConnectUUIDs(_ uuids: [String]) {
+        var seen = Set<String>()
+        wantedUUIDs = uuids.compactMap { ServiceUUID.normalize($0) }.filter { seen.insert($0).inserted }
+        reconcileApplication()
+    }
+
+    /// After `ServicesResolved`: finds the characteristics by UUID under the device (never by a
+    /// remembered path), `StartNotify`s each one in `subscribe` that exists (missing ones are only
+    /// logged), and with `battery` reads and subscribes Battery Level (0x2A19) and reports
+    /// `Battery1.Percentage`. Replies nil when done, or the first failure of a wanted subscription.
+    public func setUpLink(_ address: DeviceAddress, subscribe: [String], battery: Bool, reply: @escaping (BlueZFailure?) -> Void) {
+        guard let devPath = devicePath(address) else {
+            loop.enqueue { reply(.deviceGone) }
+            return
+        }
+        let wanted = subscribe.compactMap { ServiceUUID.normalize($0) }
+        var uuids = Set(wanted)
+        if battery { uuids.insert(ServiceUUID.batteryLevel) }
+        notifyUUIDs[address] = uuids
+        liveLinks.insert(address)
+
+        let chars = characteristics(under: devPath)
+        var outcome: BlueZFailure?
+        var outstanding = 1
+        let done = {
+            outstanding -= 1
+            if outstanding == 0 { reply(outcome) }
+        }
+        for uuid in wanted {
+            let paths = chars.filter { $0.uuid == uuid }.map(\.path)
+            if paths.isEmpty { warning("\(address): no characteristic \(uuid) (yet); subscribed when BlueZ shows one") }
+            for path in paths {
+                outstanding += 1
+                startNotify(path) { failure in
+                    if let failure, outcome == nil { outcome = failure }
+                    done()
+                }
+            }
+        }
+        if battery {
+            if let pct = cache[devPath]?[Iface.battery]?["Percentage"]?.uint8 {
+                emit(.battery(address, pct))
+            }
+            for path in chars.filter({ $0.uuid == ServiceUUID.batteryLevel }).map(\.path) {
+                outstanding += 2
+                readBattery(path, devPath, address) { done() }
+                startNotify(path) { [weak self] failure in
+                    if let failure { self?.note("\(address): Battery Level StartNotify: \(failure.token)") }
+                    done()
+                }
+            }
+        }
+        loop.enqueue { done() }
+    }
+
+    func readBattery(_ path: String, _ devPath: String, _ address: DeviceAddress, then: @escaping () -> Void) {
+        let gen = generation
+        call(path, Iface.characteristic, "ReadValue", [.vardict([String: DBusValue]())], timeout: gattTimeout) { [weak self] result in
+            guard let self else { return }
+            switch result {
+            case .success(let values):
+                if gen == self.generation, values.count == 1, let bytes = values[0].bytes, let level = bytes.first {
+                    self.proven(address)
+                    self.recordBattery(devPath, address, level)
+                } else if gen == self.generation {
+                    self.note("\(address): Battery Level read returned \(values.signature)")
+                }
+            case .failure(let e):
+                self.note("\(address): Battery Level read: \(e)")
+            }
+            then()
+        }
+    }
+
+    /// A configured characteristic appeared under a device whose link is set up: subscribe.
+    func lateSubscribe(_ path: String, _ props: Props) {
+        guard let devPath = Self.devicePathPrefix(of: path), Self.parent(of: devPath) == adapterPath,
+              let address = address(ofDevicePath: devPath), liveLinks.contains(address),
+              let raw = props["UUID"]?.string, let uuid = ServiceUUID.normalize(raw),
+              notifyUUIDs[address]?.contains(uuid) == true else { return }
+        stats.lateSubscriptions += 1
+        (inform ?? log)?("\(address): \(uuid) appeared at \(path) on a set-up link (BlueZ re-read the services); subscribing")
+        if uuid == ServiceUUID.batteryLevel { readBattery(path, devPath, address) {} }
+        let gen = generation
+        startNotify(path) { [weak self] failure in
+            guard let self, let failure, gen == self.generation else { return }
+            self.warning("\(address): StartNotify \(uuid) at \(path): \(failure.token)")
+        }
+    }
+
+    /// `Properties.Get(Device1, ServicesResolved)`: nil when it cannot be read. Updates the cache
+    /// (without an event), because a reconnect made by Connect() often signals nothing.
+    public func readServicesResolved(_ address: DeviceAddress, reply: @escaping (Bool?) -> Void) {
+        guard let path = devicePath(address) else {
+            loop.enqueue { reply(nil) }
+            return
+        }
+        let gen = generation
+        call(path, "org.freedesktop.DBus.Properties", "Get", [.string(Iface.device), .string("ServicesResolved")]) { [weak self] result in
+            guard let self else { return }
+            guard case .success(let values) = result, values.count == 1, let value = values[0].unwrapped.bool else {
+                reply(nil)
+                return
+            }
+            if gen == self.generation, self.cache[path]?[Iface.device] != nil {
+                self.cache.set(path, Iface.device, "ServicesResolved", .bool(value))
+            }
+            reply(value)
+        }
+    }
+
+    // MARK: - Calls
+
+    func call(_ path: String, _ interface: String, _ method: String, _ args: [DBusValue] = [],
+                      timeout: Duration? = nil, reply: @escaping (Result<[DBusValue], DBusError>) -> Void) {
+        connection.call(destination: Bus.name, path: path, interface: interface, method: method, args: args,
+                        timeout: timeout ?? shortTimeout, reply: reply)
+    }
+
+    static func failure(_ result: Result<[DBusValue], DBusError>) -> BlueZFailure? {
+        switch result {
+        case .success: nil
+        case .failure(let e): BlueZFailure(errorName: e.name, message: e.message)
+        }
+    }
+
+    /// The device's object path for a request, or nil after answering `reply` with why not.
+    func targetPath(_ address: DeviceAddress, _ reply: @escaping (BlueZFailure?) -> Void) -> String? {
+        if let path = devicePath(address) { return path }
+        guard owner != nil, let adapterPath, cache[adapterPath] != nil else {
+            loop.enqueue { reply(.adapterUnavailable) }
+            return nil
+        }
+        // Not in the cache: BlueZ decides (a bonded device is always there; else UnknownObject).
+        return adapterPath + "/" + address.pathComponent
+    }
+
+    func startNotify(_ path: String, reply: @escaping (BlueZFailure?) -> Void) {
+        stats.startNotifyCalls += 1
+        call(path, Iface.characteristic, "StartNotify", timeout: gattTimeout) { result in
+            // InProgress: our own earlier StartNotify is still being set up.
+            if case .failure(let e) = result, e.name == "org.bluez.Error.InProgress" { reply(nil); return }
+            reply(Self.failure(result))
+        }
+    }
+
+    func note(_ line: String) { log?(line) }
+
+    func warning(_ line: String) { (warn ?? log)?(line) }
+
+    func emit(_ event: BlueZEvent) { onEvent?(event) }
+}

@@ -1,0 +1,204 @@
+import DBus
+import EventLoop
+import PairingCore
+
+/// BlueZ's signals (ObjectManager, Properties, Device1.Disconnected) into the cache and into
+/// `BlueZEvent`s; anything of an unexpected shape, or not from the current bluetoothd, is ignored.
+extension BlueZClient {
+    // MARK: - Signals
+
+    func fromOwner(_ message: DBusMessage) -> Bool {
+        guard synced, let owner, message.sender == owner else {
+            stats.signalsIgnored += 1
+            return false
+        }
+        return true
+    }
+
+    func onInterfacesAdded(_ message: DBusMessage) {
+        guard fromOwner(message) else { return }
+        guard let args = try? message.arguments(), (try? args.expect("oa{sa{sv}}")) != nil,
+              let path = args[0].objectPath, let added = args[1].interfacesAndProperties else {
+            stats.signalsIgnored += 1
+            note("InterfacesAdded of unexpected shape ignored")
+            return
+        }
+        guard path.hasPrefix("/org/bluez") else { stats.signalsIgnored += 1; return }
+        stats.signalsHandled += 1
+        let wasDevice = cache[path]?[Iface.device] != nil
+        let bondedBefore = deviceInfo(path)?.isBonded
+        cache.add(path, added)
+
+        if added[Iface.adapter] != nil {
+            evaluate()
+            return
+        }
+        guard ready, let address = address(ofDevicePath: path) ?? deviceAddressForChild(path) else { return }
+        let isOurDevice = Self.parent(of: path) == adapterPath
+        if isOurDevice, added[Iface.device] != nil, let info = deviceInfo(path) {
+            if !wasDevice {
+                pendingRemovals.removeAll { $0 == address }
+                emit(.deviceFound(info))
+            } else if let before = bondedBefore, before != info.isBonded {
+                emit(.bondChanged(address, bonded: info.isBonded))
+            }
+        }
+        if isOurDevice, let pct = added[Iface.battery]?["Percentage"]?.uint8 {
+            emit(.battery(address, pct))
+        }
+        if let props = added[Iface.characteristic] { lateSubscribe(path, props) }
+    }
+
+    func onInterfacesRemoved(_ message: DBusMessage) {
+        guard fromOwner(message) else { return }
+        guard let args = try? message.arguments(), (try? args.expect("oas")) != nil,
+              let path = args[0].objectPath, let names = args[1].stringArray else {
+            stats.signalsIgnored += 1
+            note("InterfacesRemoved of unexpected shape ignored")
+            return
+        }
+        stats.signalsHandled += 1
+        guard cache[path] != nil else { return }
+        let address = Self.parent(of: path) == adapterPath ? self.address(ofDevicePath: path) : nil
+        // A removed device takes its children (GATT objects) with it.
+        cache.remove(path, names)
+        if names.contains(Iface.device) {
+            if let address {
+                notifyUUIDs[address] = nil
+                liveLinks.remove(address)
+                provenLinks.remove(address)
+                if ready { holdRemoval(address) }
+            }
+        }
+        if names.contains(Iface.adapter) {
+            if path == adapterPath {
+                cache.removeChildren(of: path)
+                liveLinks = []
+                provenLinks = []
+            }
+            evaluate()
+        }
+    }
+
+    func holdRemoval(_ address: DeviceAddress) {
+        if !pendingRemovals.contains(address) { pendingRemovals.append(address) }
+        guard removalTimer?.isPending != true else { return }
+        removalTimer = loop.schedule(after: removalGrace) { [weak self] in
+            guard let self else { return }
+            let due = self.pendingRemovals
+            self.pendingRemovals = []
+            guard self.ready else { return }
+            for a in due where self.ready { self.emit(.deviceRemoved(a)) }
+        }
+    }
+
+    func onPropertiesChanged(_ message: DBusMessage) {
+        guard fromOwner(message) else { return }
+        guard let path = message.path, let args = try? message.arguments(), (try? args.expect("sa{sv}as")) != nil,
+              let iface = args[0].string, let changed = args[1].dictionary, let invalidated = args[2].stringArray else {
+            stats.signalsIgnored += 1
+            note("PropertiesChanged of unexpected shape ignored")
+            return
+        }
+        // Only objects we know (from the snapshot or InterfacesAdded) are tracked.
+        guard cache[path]?[iface] != nil else { return }
+        stats.signalsHandled += 1
+        switch iface {
+        case Iface.device: deviceChanged(path, changed, invalidated)
+        case Iface.adapter:
+            apply(path, iface, changed, invalidated)
+            if path == adapterPath || adapterPath == nil { evaluate() }
+        case Iface.characteristic:
+            apply(path, iface, changed, invalidated)
+            if let value = changed["Value"] { characteristicValue(path, value) }
+        case Iface.battery:
+            apply(path, iface, changed, invalidated)
+            if ready, Self.parent(of: path) == adapterPath, let pct = changed["Percentage"]?.uint8,
+               let address = address(ofDevicePath: path) {
+                emit(.battery(address, pct))
+            }
+        default:
+            apply(path, iface, changed, invalidated)
+        }
+    }
+
+    func apply(_ path: String, _ iface: String, _ changed: Props, _ invalidated: [String]) {
+        // A value whose type differs from the one BlueZ gave before is junk: the cache keeps the old one.
+        for r in cache.apply(path, iface, changed, invalidated) {
+            stats.signalsIgnored += 1
+            note("\(path) \(iface).\(r.name): \(r.got) instead of \(r.had); ignored")
+        }
+    }
+
+    func deviceChanged(_ path: String, _ changed: Props, _ invalidated: [String]) {
+        let isOurs = Self.parent(of: path) == adapterPath
+        let before = isOurs ? deviceInfo(path) : nil
+        apply(path, Iface.device, changed, invalidated)
+        guard isOurs, ready, let before, let after = deviceInfo(path) else { return }
+        let a = after.address
+        // BlueZ 5.66 often emits no Connected=true for a link made by Device1.Connect (seen in the
+        // test bed: only ServicesResolved=true), so the cache still says false when the link
+        // drops; a resolved link counts as up, or that Connected=false would go unreported.
+        // (Going up is judged on Connected alone: a stale ServicesResolved must not hide it.)
+        let wasUp = after.connected ? before.connected : before.connected || before.servicesResolved
+        if changed["Connected"] != nil, wasUp != after.connected {
+            if after.connected {
+                emit(.linkUp(a))
+            } else {
+                liveLinks.remove(a); provenLinks.remove(a)
+                emit(.linkDown(a, DisconnectClassifier.Evidence(
+                    reason: disconnectReasons.removeValue(forKey: a), stillBonded: after.isBonded,
+                    deviceExists: true, adapterUp: adapter?.powered ?? false)))
+            }
+        }
+        if changed["ServicesResolved"] != nil, before.servicesResolved != after.servicesResolved {
+            if !after.servicesResolved { liveLinks.remove(a); provenLinks.remove(a) }
+            emit(.servicesResolvedChanged(a, after.servicesResolved))
+        }
+        if before.isBonded != after.isBonded { emit(.bondChanged(a, bonded: after.isBonded)) }
+        if discoveryActive, ["RSSI", "ManufacturerData", "ServiceData", "UUIDs", "Name", "Alias"].contains(where: { changed[$0] != nil }) {
+            emit(.deviceFound(after))
+        }
+    }
+
+    func characteristicValue(_ path: String, _ value: DBusValue) {
+        guard ready, let devPath = Self.devicePathPrefix(of: path), Self.parent(of: devPath) == adapterPath,
+              let address = address(ofDevicePath: devPath), let wanted = notifyUUIDs[address],
+              let raw = cache[path]?[Iface.characteristic]?["UUID"]?.string,
+              let uuid = ServiceUUID.normalize(raw), wanted.contains(uuid) else { return }
+        guard let bytes = value.bytes else {
+            note("\(address): Value of \(uuid) is \(value.signature), not ay; ignored")
+            return
+        }
+        proven(address)
+        if uuid == ServiceUUID.batteryLevel, let level = bytes.first {
+            recordBattery(devPath, address, level)
+        }
+        emit(.notification(address, characteristic: uuid, value: bytes))
+    }
+
+    func proven(_ address: DeviceAddress) {
+        guard ready, provenLinks.insert(address).inserted else { return }
+        emit(.linkProven(address))
+    }
+
+    func recordBattery(_ devPath: String, _ address: DeviceAddress, _ level: UInt8) {
+        cache.recordBattery(devPath, level)
+        emit(.battery(address, level))
+    }
+
+    func onDisconnected(_ message: DBusMessage) {
+        guard fromOwner(message) else { return }
+        guard let path = message.path, let args = try? message.arguments(), (try? args.expect("ss")) != nil,
+              let reason = args[0].string, let text = args[1].string else {
+            stats.signalsIgnored += 1
+            note("Device1.Disconnected of unexpected shape ignored")
+            return
+        }
+        stats.signalsHandled += 1
+        guard ready, Self.parent(of: path) == adapterPath, let address = address(ofDevicePath: path) else { return }
+        // Kept for the `linkDown` that follows (BlueZ sends this just before Connected=false).
+        note("\(address): Disconnected \(reason) (\(text))")
+        disconnectReasons[address] = DisconnectClassifier.Reason(name: reason)
+    }
+}

@@ -1,0 +1,93 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+
+/// The adapter and restoration: reconciling the state file with what BlueZ reports when the
+/// adapter is (again) ready, the kernel's auto-connect, the adapter's loss.
+extension PairingMachine {
+    // MARK: Adapter
+
+    mutating func adapterReady(_ views: [DeviceAddress: BlueZDeviceView], _ now: Moment, _ actions: inout [Action]) {
+        adapterUp = true
+        for a in sortedAddresses {
+            guard let i = slot[a] else { continue }
+            let d = slots[i]
+            switch d.state {
+            case .restoring, .adapterUnavailable:
+                reconcile(i, view: views[a] ?? .absent, now, &actions)
+            case .connecting, .discovering, .connected, .waitingForDevice, .disconnected, .needsRepair:
+                break // already in step with BlueZ
+            }
+        }
+        actions.append(.updateAutoConnect(autoConnectUUIDs))
+    }
+
+    /// Restoration: what the state file wants, against what BlueZ has now. A link that is up is
+    /// adopted (no disconnect, no reconnect).
+    mutating func reconcile(_ i: Int, view: BlueZDeviceView, _ now: Moment, _ actions: inout [Action]) {
+        let a = slots[i].address
+        let d = slots[i]
+        if d.wanted == .disconnected {
+            move(i, to: .disconnected, now, &actions)
+        } else if !view.exists {
+            move(i, to: .needsRepair(reason: .deviceRemoved), now, &actions)
+        } else if !view.bonded {
+            move(i, to: .needsRepair(reason: .bondRemoved), now, &actions)
+        } else if view.connected {
+            slots[i].linkResolved = view.servicesResolved
+            slots[i].adoptedUnresolved = !view.servicesResolved
+            slots[i].ownDisconnectPending = false
+            slots[i].linkProven = false
+            slots[i].linkUpAt = now
+            slots[i].setupVerdict = nil
+            move(i, to: .discovering(countdown: countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))), now, &actions)
+            if view.servicesResolved { actions.append(.setUpLink(a)) }
+        } else {
+            restoreConnect(i, now, &actions)
+        }
+    }
+
+    /// A wanted, bonded device that is not connected after a (re)start, the adapter's return or
+    /// the user's `connect`: the kernel's auto-connect first (the wearable may be advertising right
+    /// now), one Connect() of our own when `autoConnectHeadStart` runs out, as after any wait;
+    /// 0 = Connect() at once.
+    mutating func restoreConnect(_ i: Int, _ now: Moment, _ actions: inout [Action]) {
+        guard headStartNanos > 0 else { return startConnect(i, attempt: 1, now, &actions) }
+        let a = slots[i].address
+        move(i, to: .waitingForDevice(.fallbackDue(countdown: countdown(.device(a), .fallbackConnect, now.advanced(byNanoseconds: headStartNanos)))),
+             now, &actions)
+    }
+
+    /// BlueZ arms the kernel's auto-connect for a bonded device offering a service our registered
+    /// GattProfile1 lists (bluez-notes §4; 5.66 `probe_service` → `device_set_auto_connect`).
+    func autoConnectCovers(_ i: Int) -> Bool {
+        autoConnectArmed.contains(slots[i].address)
+    }
+
+    /// What BlueZ arms changed. A device waiting on an auto-connect that is no longer armed for
+    /// it gets its fallback Connect() timer back; one with a fallback already due keeps it.
+    mutating func autoConnectArmed(_ devices: Set<DeviceAddress>, _ now: Moment, _ actions: inout [Action]) {
+        autoConnectArmed = devices
+        for a in sortedAddresses {
+            guard let i = slot[a], slots[i].state == .waitingForDevice(.onAutoConnect), !autoConnectCovers(i) else { continue }
+            waitPassively(i, now, &actions)
+        }
+    }
+
+    mutating func adapterLost(_ now: Moment, _ actions: inout [Action]) {
+        adapterUp = false
+        for a in sortedAddresses {
+            guard let i = slot[a] else { continue }
+            let d = slots[i]
+            switch d.state {
+            case .restoring, .connecting, .discovering, .connected, .waitingForDevice:
+                move(i, to: .adapterUnavailable, now, &actions, reason: "adapter-gone")
+            case .adapterUnavailable, .disconnected, .needsRepair:
+                break
+            }
+        }
+        endPairing(.adapterUnavailable, now, &actions)
+    }
+}

@@ -1,0 +1,131 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+
+/// The pairing session (`pairctl pair`): scanning → pairing → settling → the device joins.
+extension PairingMachine {
+    // MARK: Pairing
+
+    mutating func userPair(_ request: PairRequest, _ now: Moment, _ actions: inout [Action]) {
+        guard pairing == nil else { return } // refused before it gets here: refusal(of:) says .pairingBusy
+        guard adapterUp else {
+            actions.append(.pairingEnded(.adapterUnavailable))
+            return
+        }
+        var removed = Set<DeviceAddress>()
+        if let a = request.address, let i = slot[a] {
+            let d = slots[i]
+            switch d.state {
+            case .needsRepair:
+                actions.append(.pairingProgress(.removingStaleBond(a)))
+                actions.append(.removeDevice(a))
+                removed.insert(a)
+            case .restoring, .connecting, .discovering, .connected, .waitingForDevice, .disconnected, .adapterUnavailable:
+                actions.append(.pairingEnded(.alreadyPaired(a)))
+                return
+            }
+        }
+        let c = countdown(.pairing, .scan, now + (request.scanTimeout ?? config.scanTimeout))
+        pairing = PairingSession(request: request, phase: .scanning, countdown: c, removedForRepair: removed)
+        actions.append(.arm(c))
+        actions.append(.startDiscovery(request))
+        actions.append(.pairingProgress(.scanning))
+    }
+
+    mutating func candidateFound(_ c: Candidate, _ now: Moment, _ actions: inout [Action]) {
+        guard var p = pairing, case .scanning = p.phase, p.request.matches(c) else { return }
+        if let i = slot[c.address] {
+            let d = slots[i]
+            switch d.state {
+            case .needsRepair:
+                if !p.removedForRepair.contains(c.address) {
+                    // BlueZ still holds the dead bond; Pair() would answer AlreadyExists. Forget it
+                    // and let the next advertisement bring a fresh device object.
+                    p.removedForRepair.insert(c.address)
+                    pairing = p
+                    actions.append(.pairingProgress(.removingStaleBond(c.address)))
+                    actions.append(.removeDevice(c.address))
+                    return
+                }
+            case .restoring, .connecting, .discovering, .connected, .waitingForDevice, .disconnected, .adapterUnavailable:
+                return // already managed
+            }
+        }
+        let call = nextGeneration()
+        let cd = countdown(.pairing, .pair, now + config.pairTimeout)
+        actions.append(.cancel(p.countdown.id))
+        actions.append(.arm(cd))
+        p.phase = .pairing(c, call: call)
+        p.countdown = cd
+        pairing = p
+        actions.append(.stopDiscovery)
+        actions.append(.pairingProgress(.found(c)))
+        actions.append(.pairingProgress(.pairing(c.address)))
+        actions.append(.pair(c.address, call: call, timeout: config.pairTimeout))
+    }
+
+    mutating func pairAnswered(_ a: DeviceAddress, _ call: UInt64, failure: BlueZFailure?, _ now: Moment, _ actions: inout [Action]) {
+        guard var p = pairing, case .pairing(let c, call) = p.phase, c.address == a else { return }
+        if let failure, failure != .alreadyExists {
+            switch failure {
+            case .authentication, .authenticationAborted:
+                endPairing(.authenticationFailed(failure.token), now, &actions)
+            case .abortedByLocal, .abortedByRemote, .connectTimeout, .noReply, .busy, .canceled, .adapterUnavailable,
+                 .alreadyExists, .deviceGone, .notConnected, .other:
+                endPairing(.failed(failure.token), now, &actions)
+            }
+            return
+        }
+        // Bonded. Record identity and intent, trust it, and bring the link to `connected`.
+        var uuids = Set(p.request.serviceUUIDs)
+        uuids.formUnion(c.serviceUUIDs)
+        let identity = DeviceIdentity(address: a, addressType: c.addressType, name: c.name,
+                                      adapter: config.adapter, serviceUUIDs: uuids.sorted())
+        if let i = slot[a] {
+            slots[i].identity = identity
+            slots[i].wanted = .connected
+            slots[i].pairedAt = now.unixTime
+            slots[i].updatedAt = now.unixTime
+            slots[i].setupFailures = 0
+        } else {
+            slot[a] = slots.count
+            slots.append(ManagedDevice(identity: identity, wanted: .connected, state: .restoring, since: now,
+                                       pairedAt: now.unixTime, updatedAt: now.unixTime, lastDisconnect: nil,
+                                       reconnectAttempts: 0, setupFailures: 0, hasBeenConnected: false))
+        }
+        let settle = countdown(.pairing, .settle, now + config.connectTimeout + config.discoveryTimeout)
+        actions.append(.cancel(p.countdown.id))
+        actions.append(.arm(settle))
+        p.phase = .settling(a)
+        p.countdown = settle
+        pairing = p
+        actions.append(.persist)
+        actions.append(.report(Report(kind: .paired, device: a, name: c.name, to: "paired")))
+        actions.append(.pairingProgress(.paired(a)))
+        actions.append(.setTrusted(a, true))
+        if let i = slot[a] { startConnect(i, attempt: 1, now, &actions) }
+        actions.append(.updateAutoConnect(autoConnectUUIDs))
+    }
+
+    mutating func discoveryFailed(_ f: BlueZFailure, _ now: Moment, _ actions: inout [Action]) {
+        guard let p = pairing, case .scanning = p.phase else { return }
+        endPairing(.failed(f.token), now, &actions)
+    }
+
+    mutating func endPairing(_ outcome: PairingOutcome, _ now: Moment, _ actions: inout [Action]) {
+        guard let p = pairing else { return }
+        pairing = nil
+        actions.append(.cancel(p.countdown.id))
+        switch p.phase {
+        case .scanning: actions.append(.stopDiscovery)
+        case .pairing(let c, _): actions.append(.cancelPairing(c.address))
+        case .settling: break
+        }
+        if !outcome.succeeded {
+            actions.append(.report(Report(kind: .pairingFailed, device: nil, to: p.phase.name, reason: "\(outcome)")))
+        }
+        actions.append(.pairingEnded(outcome))
+    }
+}
