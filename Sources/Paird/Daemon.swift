@@ -85,7 +85,7 @@ public final class Daemon {
 
     /// Connects, owns the bus name, starts the BlueZ client, and runs until SIGTERM/SIGINT.
     public func run() throws {
-        ServiceManager.notify("STATUS=Starting up")
+        SystemdNotifier.notify("STATUS=Starting up")
         bus = try DBusConnection.system(on: loop)
         bus.onDisconnect = { [unowned self] in
             log.error("lost the system bus; exiting so systemd restarts us")
@@ -121,7 +121,7 @@ public final class Daemon {
             log.info("SIGUSR1: \(bus.debugSummary)")
         }
         try loop.onSignal(SIGHUP) { [unowned self] in log.info("SIGHUP: configuration is read at start only; restart paird to apply changes") }
-        if let interval = ServiceManager.watchdogPingInterval() { scheduleWatchdog(every: interval) }
+        if let interval = SystemdNotifier.watchdogPingInterval() { scheduleWatchdog(every: interval) }
 
         log.log(.info, "paird \(PairdAPI.version) started, \(machine.devices.count) device(s) known",
                 id: Log.MessageID.started)
@@ -132,14 +132,14 @@ public final class Daemon {
 
     func shutDown(_ why: String) {
         log.info("\(why): stopping")
-        ServiceManager.notify("STOPPING=1\nSTATUS=Shutting down")
+        SystemdNotifier.notify("STOPPING=1\nSTATUS=Shutting down")
         loop.stop()
     }
 
     /// The watchdog ping comes from the loop that runs the machine, so a stalled loop is caught.
     func scheduleWatchdog(every interval: Duration) {
         loop.schedule(after: interval) { [unowned self] in
-            ServiceManager.notify("WATCHDOG=1")
+            SystemdNotifier.notify("WATCHDOG=1")
             scheduleWatchdog(every: interval)
         }
     }
@@ -149,7 +149,7 @@ public final class Daemon {
     func markReadyIfNeeded() {
         guard !ready else { return }
         ready = true
-        ServiceManager.notify("READY=1\nSTATUS=\(machine.statusLine(now: Daemon.now()))")
+        SystemdNotifier.notify("READY=1\nSTATUS=\(machine.statusLine(now: Daemon.now()))")
     }
 
     // MARK: Events in
@@ -252,7 +252,7 @@ public final class Daemon {
         let status = machine.statusLine(now: now)
         if status != lastStatus {
             lastStatus = status
-            ServiceManager.notify("STATUS=\(status)")
+            SystemdNotifier.notify("STATUS=\(status)")
         }
     }
 
@@ -280,7 +280,7 @@ public final class Daemon {
             }
         case .setUpLink(let a):
             bluez.setUpLink(a, subscribe: config.subscribe, battery: config.battery) { [unowned self] failure in
-                feed(.linkSetUp(a, failure: failure))
+                feed(.setUpLinkFinished(a, failure: failure))
             }
         case .setTrusted(let a, let trusted):
             bluez.setTrusted(a, trusted) { [unowned self] failure in

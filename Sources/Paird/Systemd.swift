@@ -6,7 +6,7 @@ import Glibc
 #endif
 
 /// sd_notify(3): READY, STATUS, WATCHDOG, STOPPING. Without NOTIFY_SOCKET every call is a no-op.
-public enum ServiceManager {
+public enum SystemdNotifier {
     /// Sends one notification; returns sd_notify's result (>0 sent, 0 no socket, <0 -errno).
     @discardableResult
     public static func notify(_ assignments: String) -> Int32 { sd_notify(0, assignments) }

@@ -61,7 +61,7 @@ func runBenchmark() {
     var views: [DeviceAddress: BlueZDeviceView] = [:]
     for a in addresses { views[a] = BlueZDeviceView(connected: true, servicesResolved: true) }
     feed(.adapterReady(views))
-    for a in addresses { feed(.linkSetUp(a, failure: nil)) }
+    for a in addresses { feed(.setUpLinkFinished(a, failure: nil)) }
 
 
     let start = clockSeconds()
@@ -80,7 +80,7 @@ func runBenchmark() {
             feed(.connectSucceeded(a, call: lastCall[n]))
             feed(.linkUp(a))                                              // duplicate signal
             feed(.servicesResolved(a))
-            feed(.linkSetUp(a, failure: nil))
+            feed(.setUpLinkFinished(a, failure: nil))
         }
         cycles += 1
         if cycles % 16 == 0, clockSeconds() >= deadline { break }

@@ -6,7 +6,7 @@ public enum Action: Sendable, Hashable {
     /// `Device1.Disconnect()` — only ever for the user's intent or to abandon a stuck link.
     case disconnect(DeviceAddress)
     /// Services are resolved: find the configured characteristics by UUID, StartNotify them, read
-    /// the battery; answer with `linkSetUp`.
+    /// the battery; answer with `Event.setUpLinkFinished`.
     case setUpLink(DeviceAddress)
     case setTrusted(DeviceAddress, Bool)
     /// `Adapter1.RemoveDevice()`: forget the device and its keys in BlueZ.

@@ -94,8 +94,9 @@ public enum Event: Sendable, Hashable {
     // Replies to our actions.
     case connectSucceeded(DeviceAddress, call: UInt64)
     case connectFailed(DeviceAddress, call: UInt64, BlueZFailure)
-    /// The runtime found the characteristics, subscribed and read the battery (`nil`), or failed.
-    case linkSetUp(DeviceAddress, failure: BlueZFailure?)
+    /// The answer to `Action.setUpLink`: the runtime found the characteristics, subscribed and read
+    /// the battery (`nil`), or failed.
+    case setUpLinkFinished(DeviceAddress, failure: BlueZFailure?)
     case pairSucceeded(DeviceAddress, call: UInt64)
     case pairFailed(DeviceAddress, call: UInt64, BlueZFailure)
     case candidateFound(Candidate)

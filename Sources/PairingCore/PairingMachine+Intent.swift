@@ -101,7 +101,7 @@ extension PairingMachine {
         case .userDisconnect(let a), .userUnpair(let a):
             return device(a) == nil ? .unknownDevice(a) : nil
         case .adapterReady, .adapterLost, .autoConnectArmed, .linkUp, .servicesResolved, .servicesLost, .linkProven,
-             .linkDown, .bondLost, .deviceRemoved, .bondedDeviceAppeared, .connectSucceeded, .connectFailed, .linkSetUp,
+             .linkDown, .bondLost, .deviceRemoved, .bondedDeviceAppeared, .connectSucceeded, .connectFailed, .setUpLinkFinished,
              .pairSucceeded, .pairFailed, .candidateFound, .discoveryFailed, .countdownFired:
             return nil
         }

@@ -74,7 +74,7 @@ extension PairingMachine {
              now, &actions, reason: "services-lost")
     }
 
-    mutating func linkSetUp(_ a: DeviceAddress, _ failure: BlueZFailure?, _ now: Moment, _ actions: inout [Action]) {
+    mutating func setUpLinkFinished(_ a: DeviceAddress, _ failure: BlueZFailure?, _ now: Moment, _ actions: inout [Action]) {
         guard let i = slot[a], case .discovering = slots[i].state else { return }
         let d = slots[i]
         guard let failure else {

@@ -89,7 +89,7 @@ public struct PairingMachine: Sendable {
         case .bondedDeviceAppeared(let a): bondedDeviceAppeared(a, now, &actions)
         case .connectSucceeded(let a, let call): connectSucceeded(a, call, now, &actions)
         case .connectFailed(let a, let call, let f): connectFailed(a, call, f, now, &actions)
-        case .linkSetUp(let a, let failure): linkSetUp(a, failure, now, &actions)
+        case .setUpLinkFinished(let a, let failure): setUpLinkFinished(a, failure, now, &actions)
         case .pairSucceeded(let a, let call): pairAnswered(a, call, failure: nil, now, &actions)
         case .pairFailed(let a, let call, let f): pairAnswered(a, call, failure: f, now, &actions)
         case .candidateFound(let c): candidateFound(c, now, &actions)

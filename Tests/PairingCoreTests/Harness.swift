@@ -27,7 +27,7 @@ struct Harness {
         ]))
         h.send(.adapterReady([watch: BlueZDeviceView(connected: true, servicesResolved: true)]))
         h.send(.linkProven(watch))   // the battery read during set-up answered
-        h.send(.linkSetUp(watch, failure: nil))
+        h.send(.setUpLinkFinished(watch, failure: nil))
         precondition(h.state(watch) == .connected)
         return h
     }
@@ -55,7 +55,7 @@ struct Harness {
     /// The link comes up without a Connect() of ours (the kernel's auto-connect) and is set up:
     /// Connected, ServicesResolved, the runtime's set-up done. Returns every action on the way.
     mutating func linkComesUp(_ a: DeviceAddress) -> [Action] {
-        send(.linkUp(a)) + send(.servicesResolved(a)) + send(.linkSetUp(a, failure: nil))
+        send(.linkUp(a)) + send(.servicesResolved(a)) + send(.setUpLinkFinished(a, failure: nil))
     }
 
     /// Lets time pass to the earliest armed countdown and fires it.

@@ -38,7 +38,7 @@ struct PairingScenarioTests {
         #expect(h.stateName(watch) == "discovering")
         out = h.send(.servicesResolved(watch))
         #expect(out.contains(.setUpLink(watch)))
-        out = h.send(.linkSetUp(watch, failure: nil))
+        out = h.send(.setUpLinkFinished(watch, failure: nil))
         #expect(h.state(watch) == .connected)
         #expect(out.pairingOutcome == .success(watch, name: "Watch"))
         #expect(h.machine.pairing == nil)

@@ -29,7 +29,7 @@ struct ReconnectScenarioTests {
 
         // Back: the kernel reconnects on its own; ServicesResolved arrives (Connected=true may not).
         h.send(.servicesResolved(watch))
-        out = h.send(.linkSetUp(watch, failure: nil))
+        out = h.send(.setUpLinkFinished(watch, failure: nil))
         #expect(h.state(watch) == .connected)
         #expect(out.reports(.reconnected).count == 1)
         #expect(h.machine.devices[watch]?.reconnectAttempts == 0)
@@ -82,7 +82,7 @@ struct ReconnectScenarioTests {
         _ = h.connectSucceeded(watch)
         #expect(h.stateName(watch) == "discovering")
         h.send(.servicesResolved(watch))
-        h.send(.linkSetUp(watch, failure: nil))
+        h.send(.setUpLinkFinished(watch, failure: nil))
         #expect(h.state(watch) == .connected)
     }
 
@@ -327,7 +327,7 @@ struct ReconnectScenarioTests {
                 #expect(h.stateName(watch) == "discovering", "round \(round)")
                 #expect(lost.disconnects == 0)
                 h.send(.servicesResolved(watch)) // from BlueZ's cache
-                reconnects += h.send(.linkSetUp(watch, failure: nil)).reports(.reconnected).count
+                reconnects += h.send(.setUpLinkFinished(watch, failure: nil)).reports(.reconnected).count
             } else {
                 // the first loss was on the proven link; the next three on unproven ones
                 #expect(h.state(watch) == .needsRepair(reason: .suspectedBondLoss))
@@ -349,7 +349,7 @@ struct ReconnectScenarioTests {
         h.send(.linkUp(watch))
         for (round, after) in [(1, 4.0), (2, 30.8), (3, 34.3)] {
             h.send(.servicesResolved(watch))     // from the cache, 0.1–0.3 s after the loss
-            h.send(.linkSetUp(watch, failure: nil))
+            h.send(.setUpLinkFinished(watch, failure: nil))
             h.advance(.milliseconds(Int64(after * 1000)))
             h.send(.servicesLost(watch))
             if round < 3 {
@@ -366,10 +366,10 @@ struct ReconnectScenarioTests {
         h.send(.servicesLost(watch))
         h.send(.servicesResolved(watch))          // setUpLink #2 issued
         h.send(.servicesLost(watch))              // ignored in discovering, but the link is unresolved
-        #expect(h.send(.linkSetUp(watch, failure: nil)).reports(.reconnected).isEmpty)
+        #expect(h.send(.setUpLinkFinished(watch, failure: nil)).reports(.reconnected).isEmpty)
         #expect(h.stateName(watch) == "discovering")
         h.send(.servicesResolved(watch))
-        #expect(h.send(.linkSetUp(watch, failure: nil)).reports(.reconnected).count == 1)
+        #expect(h.send(.setUpLinkFinished(watch, failure: nil)).reports(.reconnected).count == 1)
         #expect(h.state(watch) == .connected)
     }
 
@@ -386,7 +386,7 @@ struct ReconnectScenarioTests {
             h.send(.linkUp(watch))
             h.send(.servicesResolved(watch))
             h.send(.linkProven(watch))
-            h.send(.linkSetUp(watch, failure: nil))
+            h.send(.setUpLinkFinished(watch, failure: nil))
         }
         #expect(h.state(watch) == .connected)
     }
@@ -398,7 +398,7 @@ struct ReconnectScenarioTests {
         for round in 1...3 {
             h.send(.linkUp(watch))
             h.send(.servicesResolved(watch))     // from the cache
-            h.send(.linkSetUp(watch, failure: nil))
+            h.send(.setUpLinkFinished(watch, failure: nil))
             h.advance(.seconds(2))
             let lost = h.send(.servicesLost(watch))
             if round < 3 {
@@ -422,7 +422,7 @@ struct ReconnectScenarioTests {
             h.send(.servicesLost(watch))
             h.send(.servicesResolved(watch))
             h.send(.linkProven(watch))
-            h.send(.linkSetUp(watch, failure: nil))
+            h.send(.setUpLinkFinished(watch, failure: nil))
             #expect(h.state(watch) == .connected)
         }
     }
@@ -434,7 +434,7 @@ struct ReconnectScenarioTests {
             h.advance(MachineConfig().proofWindow + .seconds(1))
             h.send(.servicesLost(watch))
             h.send(.servicesResolved(watch))
-            h.send(.linkSetUp(watch, failure: nil))
+            h.send(.setUpLinkFinished(watch, failure: nil))
             #expect(h.state(watch) == .connected)
         }
     }
@@ -449,7 +449,7 @@ struct ReconnectScenarioTests {
             h.send(.linkUp(watch))
             h.send(.servicesResolved(watch))
             h.send(.linkProven(watch))
-            h.send(.linkSetUp(watch, failure: nil))
+            h.send(.setUpLinkFinished(watch, failure: nil))
             #expect(h.state(watch) == .connected)
         }
     }
@@ -471,7 +471,7 @@ struct ReconnectScenarioTests {
             #expect(h.stateName(watch) == "discovering")
         }
         #expect(connects == 0)
-        h.send(.linkSetUp(watch, failure: nil))
+        h.send(.setUpLinkFinished(watch, failure: nil))
         #expect(h.state(watch) == .connected)
     }
 
@@ -482,7 +482,7 @@ struct ReconnectScenarioTests {
         for round in 1...3 {
             h.send(.linkUp(watch))              // kernel auto-connect
             h.send(.servicesResolved(watch))    // from the cache
-            let setUp = h.send(.linkSetUp(watch, failure: nil)) // StartNotify accepted; ReadValue "Not connected"
+            let setUp = h.send(.setUpLinkFinished(watch, failure: nil)) // StartNotify accepted; ReadValue "Not connected"
             #expect(setUp.reports(.reconnected).count == 1)
             h.advance(.seconds(4))
             let out = h.send(.linkDown(watch, linkLoss)) // encryption with the stale key failed
@@ -502,7 +502,7 @@ struct ReconnectScenarioTests {
             h.send(.linkDown(watch, linkLoss))
             h.send(.linkUp(watch))
             h.send(.servicesResolved(watch))
-            h.send(.linkSetUp(watch, failure: nil))
+            h.send(.setUpLinkFinished(watch, failure: nil))
             h.advance(MachineConfig().proofWindow + .seconds(1))
         }
         h.send(.linkDown(watch, linkLoss))
@@ -546,7 +546,7 @@ struct ReconnectScenarioTests {
             h.connectSucceeded(watch)
             h.send(.servicesResolved(watch))
             h.send(.linkProven(watch))
-            h.send(.linkSetUp(watch, failure: nil))
+            h.send(.setUpLinkFinished(watch, failure: nil))
             #expect(h.state(watch) == .connected)
         }
         // A drop we did not ask for is a link loss again.
@@ -574,7 +574,7 @@ struct ReconnectScenarioTests {
         h.send(.pairSucceeded(watch, call: h.lastPairCall!))
         _ = h.connectSucceeded(watch)
         h.send(.servicesResolved(watch))
-        out = h.send(.linkSetUp(watch, failure: nil))
+        out = h.send(.setUpLinkFinished(watch, failure: nil))
         #expect(h.state(watch) == .connected)
         #expect(out.pairingOutcome == .success(watch, name: "Watch"))
     }
@@ -625,7 +625,7 @@ struct RestorationTests {
         var out = h.send(.adapterReady([watch: BlueZDeviceView(connected: true, servicesResolved: true)]))
         #expect(out.connects() == 0 && out.disconnects == 0)
         #expect(out.contains(.setUpLink(watch)))
-        out = h.send(.linkSetUp(watch, failure: nil))
+        out = h.send(.setUpLinkFinished(watch, failure: nil))
         #expect(h.state(watch) == .connected)
         #expect(out.reports(.connected).count == 1, "first connect since start is `connected`, not `reconnected`")
     }
@@ -745,7 +745,7 @@ struct RestorationTests {
         #expect(h.fireNext().connects(watch) == 1, "paird's Connect() after the auto-connect's head start")
         _ = h.connectSucceeded(watch)
         h.send(.servicesResolved(watch))
-        h.send(.linkSetUp(watch, failure: nil))
+        h.send(.setUpLinkFinished(watch, failure: nil))
         #expect(h.state(watch) == .connected)
     }
 

@@ -51,7 +51,7 @@ struct RepairRouteTests {
         h.send(.servicesResolved(watch))
         #expect(h.stateName(watch) == "discovering")
         let countdown = h.state(watch)?.countdown
-        let actions = h.send(.linkSetUp(watch, failure: .authentication))
+        let actions = h.send(.setUpLinkFinished(watch, failure: .authentication))
         #expect(h.stateName(watch) == "needsRepair")
         expectRepair(actions, from: "discovering", countdown: countdown)
     }

@@ -1,0 +1,44 @@
+import PairingCore
+
+/// What the client reports, on the loop thread, through `BlueZClient.onEvent`.
+public enum BlueZEvent: Sendable, Hashable {
+    /// The selected adapter exists, is powered, and the agent and GATT profile registrations
+    /// have been attempted (see `BlueZClient.Stats` for whether they succeeded).
+    case adapterReady(AdapterInfo)
+    /// "removed", "powered-off" or "bluetoothd-gone". Emitted once per ready period.
+    case adapterGone(reason: String)
+    /// The service UUIDs BlueZ now holds in our GattProfile1 registration; empty when it holds
+    /// none (unregistered, refused, adapter or bluetoothd gone). Emitted on every change.
+    case autoConnectArmed([String])
+    /// A device under the adapter appeared, or (while our discovery runs) advertised new data.
+    case deviceFound(DeviceInfo)
+    /// `Connected` turned true.
+    case linkUp(DeviceAddress)
+    /// The link went down, with everything the disconnect classifier needs: the reason from
+    /// `Device1.Disconnected` (BlueZ ≥ 5.83, which sends it just before `Connected` turns false;
+    /// nil on older BlueZ), the bond and the adapter as BlueZ reports them at that moment.
+    case linkDown(DeviceAddress, DisconnectClassifier.Evidence)
+    case servicesResolvedChanged(DeviceAddress, Bool)
+    /// `Paired && (Bonded ?? true)` changed.
+    case bondChanged(DeviceAddress, bonded: Bool)
+    /// The device object vanished while the adapter stayed up (held back briefly, and dropped
+    /// when the adapter goes away meanwhile: see `BlueZClient.init`'s `removalGrace`).
+    case deviceRemoved(DeviceAddress)
+    /// A new `Value` of a characteristic subscribed through `setUpLink`.
+    case notification(DeviceAddress, characteristic: String, value: [UInt8])
+    case battery(DeviceAddress, UInt8)
+    /// The wearable itself answered over the current link (a notification, or a characteristic
+    /// read that succeeded): the link works end to end. Once per link. A link that resolved its
+    /// services from BlueZ's cache proves nothing more (seen on 5.66 when the wearable forgot the
+    /// bond: ServicesResolved, StartNotify accepted, ReadValue "Not connected", link gone 4 s later).
+    case linkProven(DeviceAddress)
+    /// BlueZ asked our agent for a passkey or PIN (rejected: Just Works only).
+    case passkeyRequested(DeviceAddress)
+}
+
+/// Tokens for `adapterGone(reason:)`.
+public enum AdapterGoneReason {
+    public static let removed = "removed"
+    public static let poweredOff = "powered-off"
+    public static let bluetoothdGone = "bluetoothd-gone"
+}
