@@ -88,7 +88,19 @@ public enum PairingOutcome: Sendable, Hashable {
     }
 }
 
-/// The `pairctl pair` session, while one runs.
+/// The `pairctl pair` session, while one runs (at most one; a second `pair` is refused).
+///
+/// ```
+///   userPair ──▶ scanning ──candidate──▶ pairing ──paired──▶ settling ("connecting")
+///   (already paired:      │ countdown       │ auth error        │ device reaches `connected`
+///    ends at once)        ▼                 ▼ other error       ▼
+///                    noDeviceFound   authenticationFailed   success
+///                                    / failed                (timeout: timedOut)
+///   ─ any phase: countdown → timedOut / noDeviceFound; cancel → canceled;
+///     adapter gone → adapterUnavailable; unpair while settling → canceled
+/// ```
+/// Each phase carries the session's one countdown (`countdown`); the device, once paired, is a
+/// `ManagedDevice` that the session only watches until it is `connected`.
 public struct PairingSession: Sendable, Hashable {
     public enum Phase: Sendable, Hashable {
         case scanning
