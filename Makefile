@@ -10,7 +10,7 @@ RELEASE_BIN   = .build/release
 # passes the same flags, or SwiftPM would rebuild .build/release back and forth.
 RELEASE       = $(SWIFT) build -c release --static-swift-stdlib
 
-.PHONY: all deps build release test unit e2e demo bench soak install uninstall clean
+.PHONY: all deps build release test unit e2e demo bench soak install uninstall purge clean
 
 all: build
 
@@ -56,13 +56,17 @@ soak: deps release
 	Tests/testbed/install-deps.sh
 	BED_WEARABLE=bluez PAIRD_BIN=$(CURDIR)/$(RELEASE_BIN)/paird PAIRCTL_BIN=$(CURDIR)/$(RELEASE_BIN)/pairctl Tests/testbed/run-vm --out testbed-out/soak Tests/bench/soak.py
 
-install: release
-	install -D -m 0755 $(RELEASE_BIN)/paird   $(DESTDIR)$(PREFIX)/sbin/paird
-	install -D -m 0755 $(RELEASE_BIN)/pairctl $(DESTDIR)$(PREFIX)/bin/pairctl
+## install: what `make release` built, and nothing else (no apt-get, no build on the target):
+## binaries stripped, unit, config (kept if present), D-Bus policy, README; the `paird` user.
+install:
+	@for b in paird pairctl; do test -x $(RELEASE_BIN)/$$b || { echo "make install: $(RELEASE_BIN)/$$b is missing: run 'make release' first (it builds; install only copies)" >&2; exit 1; }; done
+	install -D -m 0755 -s $(RELEASE_BIN)/paird   $(DESTDIR)$(PREFIX)/sbin/paird
+	install -D -m 0755 -s $(RELEASE_BIN)/pairctl $(DESTDIR)$(PREFIX)/bin/pairctl
 	install -D -m 0644 systemd/paird.service  $(DESTDIR)$(UNITDIR)/paird.service
 	sed -i -e 's|^ExecStart=.*|ExecStart=$(PREFIX)/sbin/paird|' \
 	  -e 's|^Documentation=.*|Documentation=file:$(PREFIX)/share/doc/paird/README.md|' $(DESTDIR)$(UNITDIR)/paird.service
 	install -D -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/paird/README.md
+	install -D -m 0644 LICENSE $(DESTDIR)$(PREFIX)/share/doc/paird/LICENSE
 	test -e $(DESTDIR)$(SYSCONFDIR)/paird/paird.conf || \
 	  install -D -m 0644 etc/paird/paird.conf $(DESTDIR)$(SYSCONFDIR)/paird/paird.conf
 	install -D -m 0644 etc/dbus-1/system.d/org.paird1.conf \
@@ -72,10 +76,24 @@ install: release
 	-[ -z "$(DESTDIR)" ] && systemctl daemon-reload 2>/dev/null; true
 	@echo "installed; now: systemctl enable --now paird && pairctl pair"
 
+## uninstall: stops and disables the service, removes every file `install` put in place except
+## what holds your data and settings: /etc/paird/paird.conf, /var/lib/paird and the `paird` user
+## stay (`make purge` removes them too).
 uninstall:
+	-[ -z "$(DESTDIR)" ] && systemctl disable --now paird 2>/dev/null; true
 	rm -f $(DESTDIR)$(PREFIX)/sbin/paird $(DESTDIR)$(PREFIX)/bin/pairctl $(DESTDIR)$(UNITDIR)/paird.service \
-	  $(DESTDIR)$(PREFIX)/share/doc/paird/README.md \
+	  $(DESTDIR)$(PREFIX)/share/doc/paird/README.md $(DESTDIR)$(PREFIX)/share/doc/paird/LICENSE \
 	  $(DESTDIR)/usr/share/dbus-1/system.d/org.paird1.conf
+	-rmdir $(DESTDIR)$(PREFIX)/share/doc/paird 2>/dev/null; true
+	-[ -z "$(DESTDIR)" ] && systemctl daemon-reload 2>/dev/null; true
+	-[ -z "$(DESTDIR)" ] && systemctl reload dbus 2>/dev/null; true
+
+## purge: uninstall, then the configuration, the state (paired wearables) and the `paird` user.
+purge: uninstall
+	rm -f $(DESTDIR)$(SYSCONFDIR)/paird/paird.conf
+	-rmdir $(DESTDIR)$(SYSCONFDIR)/paird 2>/dev/null; true
+	rm -rf $(DESTDIR)/var/lib/paird
+	-[ -z "$(DESTDIR)" ] && getent passwd paird >/dev/null && userdel paird; true
 
 clean:
 	rm -rf .build .build-* testbed-out
