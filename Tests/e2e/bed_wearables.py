@@ -211,13 +211,18 @@ def main():
         check(any(e["event"] == "link-lost" for e in w.events(seq)), "the ring says it dropped the link itself")
         wait_for(lambda: bluetoothd_log_count("disconnected, reason 1") > reason1, 5,
                  "bluetoothd logging the drop as reason 1 (connection timeout)")
-    with step("ring: battery notifications going down to low; back after its drop, the level reads low"):
-        wait_for(lambda: any(v and v[0] <= 15 for v in c.values(bat, since=t_sub)), 30,
-                 "a battery notification ≤ 15 %")
-        vals = [v[0] for v in c.values(bat, since=t_sub) if v]
+    with step("ring: battery notifications going down; back after its drop, the level reads low"):
+        # The ring drains on its own clock, linked or not, and drops its link by itself: under a
+        # loaded host the drop may come before the level reaches low, so the notifications are
+        # held to going down, and "low" is read on the next link.
+        def notified():
+            return [v[0] for v in c.values(bat, since=t_sub) if v]
+        wait_for(lambda: len(set(notified())) >= 2, 30, "two different battery notifications")
+        vals = notified()
         log(f"battery values notified: {vals}")
-        check(vals == sorted(vals, reverse=True) and len(set(vals)) >= 2, f"going down: {vals}")
+        check(vals == sorted(vals, reverse=True), f"going down: {vals}")
         wait_for(lambda: w.status()["advertising"], 15, "the ring advertising again")
+        wait_for(lambda: w.status()["battery"] <= 15, 30, "the ring's battery at 15 % or below")
         c.connect(dev)
         c.wait_services_resolved(dev, 40)
         level = c.read(bat)[0]
