@@ -10,7 +10,7 @@ RELEASE_BIN   = .build/release
 # passes the same flags, or SwiftPM would rebuild .build/release back and forth.
 RELEASE       = $(SWIFT) build -c release --static-swift-stdlib
 
-.PHONY: all deps build release test unit e2e demo bench soak install uninstall purge clean
+.PHONY: all deps build release test unit e2e demo bench soak dist-docs deb install uninstall purge clean
 
 all: build
 
@@ -36,7 +36,7 @@ unit: deps release
 
 ## e2e: the real kernel Bluetooth stack, bluetoothd 5.66 and virtual wearables in a qemu VM: Bumble
 ## profiles (an independent BLE stack) for every scenario, the BlueZ twin for a core subset.
-e2e: release
+e2e: release deb
 	Tests/testbed/e2e.sh
 
 demo: release
@@ -55,6 +55,39 @@ soak: deps release
 	PAIRD_SOAK_KILLS=$${PAIRD_SOAK_KILLS:-200} $(SWIFT) test --skip-build --filter ReliabilityTests
 	Tests/testbed/install-deps.sh
 	BED_WEARABLE=bluez PAIRD_BIN=$(CURDIR)/$(RELEASE_BIN)/paird PAIRCTL_BIN=$(CURDIR)/$(RELEASE_BIN)/pairctl Tests/testbed/run-vm --out testbed-out/soak Tests/bench/soak.py
+
+## dist-docs: manual pages (pairctl(1), paird(8) from the binaries' own --help, paird.conf(5)
+## from etc/paird/paird.conf) and pairctl's bash/zsh/fish completions, into .build/dist.
+VERSION      := $(shell sed -n 's/.*static let version = "\(.*\)"/\1/p' Sources/PairingCore/API.swift)
+# The package version: the code's version, then git's count and commit (and .dirty for a tree
+# with uncommitted changes), so each commit's package upgrades the one before.
+DEB_VERSION  := $(VERSION)+git$(shell git rev-list --count HEAD 2>/dev/null || echo 0).$(shell git describe --always --dirty=.dirty 2>/dev/null || echo unknown)
+DIST          = .build/dist
+dist-docs: release
+	mkdir -p $(DIST)/man $(DIST)/completions
+	# swift-argument-parser's generate-manual plugin builds its tool (and the debug products it
+	# would document); the tool then documents the release binaries, each in its own section.
+	$(SWIFT) package --allow-writing-to-package-directory generate-manual --configuration debug >/dev/null
+	tool=$$($(SWIFT) build --show-bin-path)/generate-manual-tool; \
+	  $$tool $(RELEASE_BIN)/pairctl --section 1 --authors 'paird developers' -o $(DIST)/man && \
+	  $$tool $(RELEASE_BIN)/paird --section 8 --authors 'paird developers' -o $(DIST)/man
+	sed -i '/^$$/d' $(DIST)/man/pairctl.1 $(DIST)/man/paird.8   # groff: "empty input line"
+	python3 debian/paird-conf-man.py etc/paird/paird.conf $(VERSION) > $(DIST)/man/paird.conf.5
+	for sh in bash zsh fish; do $(RELEASE_BIN)/pairctl --generate-completion-script $$sh > $(DIST)/completions/pairctl.$$sh; done
+	sed -i '1{/^#!/d}' $(DIST)/completions/pairctl.bash   # sourced, not run: no #! line
+
+## deb: the Debian package, .build/deb/paird_<version>_amd64.deb (dpkg-buildpackage; debhelper),
+## checked with lintian (its output in .build/deb/lintian.txt).
+deb: deps release dist-docs
+	rm -rf .build/deb && mkdir -p .build/deb
+	printf 'paird (%s) unstable; urgency=medium\n\n  * Built from %s.\n\n -- paird developers <paird@users.noreply.github.com>  %s\n' \
+	  '$(DEB_VERSION)' "$$(git describe --always --dirty 2>/dev/null || echo 'a tree outside git')" "$$(date -R)" > debian/changelog
+	dpkg-buildpackage -b -us -uc -d --no-pre-clean --buildinfo-option=-u.build/deb --changes-option=-u.build/deb \
+	  --buildinfo-file=.build/deb/paird_$(DEB_VERSION)_amd64.buildinfo --changes-file=.build/deb/paird_$(DEB_VERSION)_amd64.changes
+	debian/rules clean >/dev/null && rm -f debian/changelog
+	lintian --tag-display-limit 0 .build/deb/paird_$(DEB_VERSION)_amd64.deb 2>&1 | tee .build/deb/lintian.txt; \
+	  ! grep -q '^E:' .build/deb/lintian.txt
+	@ls -l .build/deb/*.deb
 
 ## install: what `make release` built, and nothing else (no apt-get, no build on the target):
 ## binaries stripped, unit, config (kept if present), D-Bus policy, README; the `paird` user.

@@ -9,6 +9,7 @@ PKGS=(
   python3 python3-dbus python3-gi python3-dbusmock  # python-dbusmock's bluez5 template
   valgrind                                  # the D-Bus layer's leak check
   systemd                                   # systemd-analyze for the unit's security score
+  dpkg-dev debhelper lintian binutils        # `make deb`: dpkg-buildpackage, dh, lintian, strip
 )
 missing=()
 for p in "${PKGS[@]}"; do
