@@ -105,7 +105,8 @@ public struct PairingMachine: Sendable {
 
     /// BlueZ's auto-connect list follows what the machine wants, whatever changed it in this step
     /// (a state or an intent): if the step's last update (or, with none, the list before it)
-    /// differs from what the machine wants now, one more update goes out at the end.
+    /// differs from what the machine wants now, one more update goes out at the end. This is how
+    /// a device entering `needsRepair` leaves the list, whichever way it got there.
     func keepAutoConnectInStep(since start: Int, before: [String], _ actions: inout [Action]) {
         let wanted = autoConnectUUIDs
         var last = before
@@ -184,10 +185,6 @@ public struct PairingMachine: Sendable {
             if reason == nil, case .needsRepair(let why) = new { reason = why.token }
             actions.append(.report(Report(kind: kind ?? Self.reportKind(from: old, to: new), device: a, name: slots[i].identity.name,
                                           from: old.name, to: new.name, reason: reason, attempt: attempt)))
-        }
-        if case .needsRepair = new, renamed {
-            // A device that needs pairing again leaves the auto-connect list, whichever way it got here.
-            actions.append(.updateAutoConnect(autoConnectUUIDs))
         }
     }
 
