@@ -86,7 +86,7 @@ func runBenchmark() {
         if cycles % 16 == 0, clockSeconds() >= deadline { break }
     }
     let elapsed = clockSeconds() - start
-    let connected = machine.devices.values.filter { $0.state == .connected }.count
+    let connected = machine.devices.values.filter { $0.state.isConnected }.count
     precondition(connected == deviceCount, "benchmark drove the machine off its cycle")
     print("PairingMachine: \(deviceCount) devices, \(events) events in \(fixed(elapsed, 2)) s on one core")
     print("events/s: \(fixed(Double(events) / elapsed / 1e6, 2)) million  (\(fixed(elapsed / Double(events) * 1e9, 0)) ns/event)")

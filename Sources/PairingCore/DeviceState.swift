@@ -19,9 +19,9 @@ public enum DeviceState: Sendable, Hashable {
     /// next one (`.backingOff`). `attempt` counts since the link was last usable.
     case connecting(ConnectPhase, attempt: Int, countdown: Countdown)
     /// Link up; waiting for ServicesResolved and for notifications to be set up.
-    case discovering(countdown: Countdown)
+    case discovering(Link, countdown: Countdown)
     /// Link up, services resolved, notifications subscribed.
-    case connected
+    case connected(Link)
     /// Out of range, or not come up yet. The kernel's LE auto-connect (armed by our GattProfile1)
     /// waits for the wearable at no radio cost beyond passive scanning; see `WaitPhase` for what
     /// paird adds.
@@ -53,7 +53,7 @@ public enum DeviceState: Sendable, Hashable {
     /// The countdown a timed state carries; nil for untimed states.
     public var countdown: Countdown? {
         switch self {
-        case .connecting(_, _, let c), .discovering(let c), .waitingForDevice(.fallbackDue(let c)),
+        case .connecting(_, _, let c), .discovering(_, let c), .waitingForDevice(.fallbackDue(let c)),
              .waitingForDevice(.fallbackConnecting(_, _, let c)): c
         case .restoring, .connected, .waitingForDevice(.onAutoConnect), .disconnected, .needsRepair, .adapterUnavailable: nil
         }
@@ -73,12 +73,63 @@ public enum DeviceState: Sendable, Hashable {
         }
     }
 
+    /// The link a linked state carries; nil in the others.
+    public var link: Link? {
+        switch self {
+        case .discovering(let l, _), .connected(let l): l
+        case .restoring, .connecting, .waitingForDevice, .disconnected, .needsRepair, .adapterUnavailable: nil
+        }
+    }
+
+    public var isConnected: Bool { if case .connected = self { true } else { false } }
+
     /// True while the daemon is trying to keep the link up (intent "connected" being served).
     public var isPursuing: Bool {
         switch self {
         case .restoring, .connecting, .discovering, .connected, .waitingForDevice, .adapterUnavailable: true
         case .disconnected, .needsRepair: false
         }
+    }
+}
+
+/// What the machine knows of the current link: carried by `discovering` and `connected`, gone with
+/// them, so a fact about a link cannot outlive it.
+public struct Link: Sendable, Hashable {
+    /// When it came up (as far as the machine saw), for `MachineConfig.proofWindow`.
+    public var upAt: Moment
+    /// It reached `ServicesResolved`. Not proof of the bond (BlueZ may resolve from its cache, see
+    /// `proven`), but a resolved link whose set-up outlasts the discovery countdown is retried
+    /// without counting toward the lost-bond heuristic.
+    public var resolved: Bool
+    /// Found up, services unresolved, at reconciliation. After a bluetoothd restart such a link can
+    /// have no ATT channel (5.66 attaches ATT only to links it makes or accepts) and never
+    /// resolves: its timeout or drop says nothing about the bond.
+    public var adoptedUnresolved: Bool
+    /// The wearable answered over it (`Event.linkProven`): the bond works.
+    public var proven: Bool
+    /// What the lost-bond heuristic made of the current set-up (since the link came up or its
+    /// services last resolved) when its services went; nil while it has not judged it.
+    public var setupVerdict: SetupVerdict?
+
+    public init(upAt: Moment, resolved: Bool = false, adoptedUnresolved: Bool = false, proven: Bool = false,
+                setupVerdict: SetupVerdict? = nil) {
+        self.upAt = upAt
+        self.resolved = resolved
+        self.adoptedUnresolved = adoptedUnresolved
+        self.proven = proven
+        self.setupVerdict = setupVerdict
+    }
+
+    /// See `setupVerdict`. The drop BlueZ often signals right after the services went
+    /// (ServicesResolved=false and Connected=false arrive separately) is the same failure, not
+    /// another: it is never counted after a verdict.
+    public enum SetupVerdict: Sendable, Hashable {
+        /// The services went on an unproven link: counted as a failed set-up. A discovery
+        /// timeout that follows is not counted again.
+        case counted
+        /// The services went on a proven link (a Service Changed re-read): no failure; but if
+        /// they never come back, the discovery timeout still counts one.
+        case excused
     }
 }
 
@@ -148,40 +199,14 @@ public struct ManagedDevice: Sendable, Hashable {
     /// services, links that never resolved, quick abort-by-local failures); at
     /// `MachineConfig.setupFailuresBeforeRepair` the bond is presumed lost.
     public var setupFailures: Int
-    /// The current link reached `ServicesResolved`. Not proof of the bond (BlueZ may resolve from
-    /// its cache, see `linkProven`), but a resolved link whose set-up outlasts the discovery
-    /// countdown is retried without counting toward the lost-bond heuristic.
-    public var linkResolved: Bool = false
-    /// The current link was found up, services unresolved, at reconciliation. After a bluetoothd
-    /// restart such a link can have no ATT channel (5.66 attaches ATT only to links it makes or
-    /// accepts) and never resolves: its timeout or drop says nothing about the bond.
-    public var adoptedUnresolved: Bool = false
-    /// We asked BlueZ to drop this link (discovery timeout) and have not seen it go down yet. A
-    /// Connect issued meanwhile is answered at once while the old link is still up (5.66
+    /// The link paird asked BlueZ to drop (at the discovery timeout) and has not yet seen go down:
+    /// an outstanding request, not the current link's fact, so it outlives the state that made
+    /// it. A Connect issued meanwhile is answered at once while that link is still up (5.66
     /// `dev_connect`: `le_state.connected` → success), so the drop that follows is ours: neither a
-    /// link loss nor a failed setup; connect again.
-    public var ownDisconnectPending: Bool = false
-    /// The wearable answered over the current link (`Event.linkProven`): the bond works.
-    public var linkProven: Bool = false
-    /// When the current link came up (as far as the machine saw), for `MachineConfig.proofWindow`.
-    public var linkUpAt: Moment?
-    /// What the lost-bond heuristic made of the current set-up (since the link came up or its
-    /// services last resolved) when its services went; nil while it has not judged it.
-    public var setupVerdict: SetupVerdict?
+    /// link loss nor a failed set-up; connect again.
+    public var ownDrop: Link?
     /// Has reached `connected` since the daemon started (a later connect is a *reconnect*).
     public var hasBeenConnected: Bool
-
-    /// See `setupVerdict`. The drop BlueZ often signals right after the services went
-    /// (ServicesResolved=false and Connected=false arrive separately) is the same failure, not
-    /// another: it is never counted after a verdict.
-    public enum SetupVerdict: Sendable, Hashable {
-        /// The services went on an unproven link: counted as a failed set-up. A discovery
-        /// timeout that follows is not counted again.
-        case counted
-        /// The services went on a proven link (a Service Changed re-read): no failure; but if
-        /// they never come back, the discovery timeout still counts one.
-        case excused
-    }
 
     public struct LastDisconnect: Sendable, Hashable {
         public var reason: String

@@ -36,13 +36,9 @@ extension PairingMachine {
         } else if !view.bonded {
             move(i, to: .needsRepair(reason: .bondRemoved), now, &actions)
         } else if view.connected {
-            slots[i].linkResolved = view.servicesResolved
-            slots[i].adoptedUnresolved = !view.servicesResolved
-            slots[i].ownDisconnectPending = false
-            slots[i].linkProven = false
-            slots[i].linkUpAt = now
-            slots[i].setupVerdict = nil
-            move(i, to: .discovering(countdown: countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))), now, &actions)
+            slots[i].ownDrop = nil
+            let link = Link(upAt: now, resolved: view.servicesResolved, adoptedUnresolved: !view.servicesResolved)
+            move(i, to: .discovering(link, countdown: discoveryCountdown(a, now)), now, &actions)
             if view.servicesResolved { actions.append(.setUpLink(a)) }
         } else {
             restoreConnect(i, now, &actions)

@@ -43,12 +43,7 @@ extension PairingMachine {
 
     mutating func connectSucceeded(_ a: DeviceAddress, _ call: UInt64, _ now: Moment, _ actions: inout [Action]) {
         guard let i = slot[a], slots[i].state.pendingCall == call else { return }
-        slots[i].linkResolved = false
-        slots[i].adoptedUnresolved = false
-        slots[i].linkProven = false
-        slots[i].linkUpAt = now
-        slots[i].setupVerdict = nil
-        move(i, to: .discovering(countdown: countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))), now, &actions)
+        move(i, to: .discovering(Link(upAt: now), countdown: discoveryCountdown(a, now)), now, &actions)
     }
 
     mutating func connectFailed(_ a: DeviceAddress, _ call: UInt64, _ f: BlueZFailure, _ now: Moment, _ actions: inout [Action]) {
@@ -112,17 +107,18 @@ extension PairingMachine {
                 connectDidNotTake(i, d.state, .noReply, now, &actions)
             case .connecting(.backingOff, let attempt, _):
                 startConnect(i, attempt: attempt + 1, now, &actions)
-            case .discovering:
+            case .discovering(let link, _):
                 // Not usable in time: drop this link and start over (it is our own disconnect,
                 // so the link-down that follows finds us `connecting` and is not a link loss).
                 // Only a link whose services never resolved counts toward the lost-bond heuristic.
-                // An adopted link that never resolved is no evidence either (see adoptedUnresolved).
-                if !d.linkResolved, !d.adoptedUnresolved, d.setupVerdict != .counted, countSetupFailure(i) { // entering needsRepair disconnects too
+                // An adopted link that never resolved is no evidence either (`Link.adoptedUnresolved`).
+                if !link.resolved, !link.adoptedUnresolved, link.setupVerdict != .counted, countSetupFailure(i) { // entering needsRepair disconnects too
                     move(i, to: .needsRepair(reason: .suspectedBondLoss), now, &actions)
                     return
                 }
-                slots[i].adoptedUnresolved = false
-                slots[i].ownDisconnectPending = true
+                var dropped = link
+                dropped.adoptedUnresolved = false
+                slots[i].ownDrop = dropped
                 actions.append(.disconnect(a))
                 let delay = config.backoff.delay(attempt: 1, unit: rng.nextUnit())
                 move(i, to: .connecting(.backingOff, attempt: 1, countdown: countdown(.device(a), .retryBackoff, now + delay)),

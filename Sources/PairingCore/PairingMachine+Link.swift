@@ -11,40 +11,40 @@ extension PairingMachine {
 
     mutating func linkUp(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
         guard let i = slot[a] else { return }
-        let d = slots[i]
-        slots[i].linkResolved = false
-        slots[i].adoptedUnresolved = false
-        slots[i].ownDisconnectPending = false // a new link: the old one went down unseen
-        slots[i].linkProven = false
-        slots[i].linkUpAt = now
-        slots[i].setupVerdict = nil
-        switch d.state {
+        slots[i].ownDrop = nil // a new link: the old one went down unseen
+        let fresh = Link(upAt: now)
+        switch slots[i].state {
         case .connecting, .waitingForDevice:
-            move(i, to: .discovering(countdown: countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))), now, &actions)
+            move(i, to: .discovering(fresh, countdown: discoveryCountdown(a, now)), now, &actions)
+        case .discovering(_, let c):
+            slots[i].state = .discovering(fresh, countdown: c)
+        case .connected:
+            slots[i].state = .connected(fresh)
         case .disconnected:
             actions.append(.disconnect(a)) // the user wants it down: something else brought it up
-        case .restoring, .discovering, .connected, .needsRepair, .adapterUnavailable:
+        case .restoring, .needsRepair, .adapterUnavailable:
             break
         }
     }
 
     mutating func servicesResolved(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
         guard let i = slot[a] else { return }
-        let d = slots[i]
-        slots[i].linkResolved = true
-        slots[i].adoptedUnresolved = false
-        slots[i].setupVerdict = nil // a new set-up of the link begins
-        switch d.state {
+        switch slots[i].state {
         case .connecting, .waitingForDevice:
             // A reconnect made by Connect() often signals no Connected=true: resolved means usable.
-            if d.linkUpAt == nil { slots[i].linkUpAt = now; slots[i].linkProven = false }
-            move(i, to: .discovering(countdown: countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))), now, &actions)
+            // The link we asked to drop, still up and resolving late, keeps its age and proof.
+            let link = slots[i].ownDrop.map { Link(upAt: $0.upAt, resolved: true, proven: $0.proven) }
+                ?? Link(upAt: now, resolved: true)
+            move(i, to: .discovering(link, countdown: discoveryCountdown(a, now)), now, &actions)
             actions.append(.setUpLink(a))
         case .discovering:
+            updateLink(i) { $0.resolved = true; $0.adoptedUnresolved = false; $0.setupVerdict = nil } // a new set-up begins
             actions.append(.setUpLink(a))
+        case .connected:
+            updateLink(i) { $0.resolved = true; $0.adoptedUnresolved = false; $0.setupVerdict = nil }
         case .disconnected:
             actions.append(.disconnect(a))
-        case .restoring, .connected, .needsRepair, .adapterUnavailable:
+        case .restoring, .needsRepair, .adapterUnavailable:
             break
         }
     }
@@ -59,34 +59,31 @@ extension PairingMachine {
     /// its `setupVerdict`, so a drop right after is not counted again.
     mutating func servicesLost(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
         guard let i = slot[a] else { return }
-        slots[i].linkResolved = false
-        guard case .connected = slots[i].state else { return }
-        let d = slots[i]
-        slots[i].linkProven = false
-        slots[i].linkUpAt = now // the set-up starts again: so does the window for its proof
-        let counted = d.setupVerdict == nil && unprovenWithinProofWindow(d, now)
-        if d.setupVerdict == nil { slots[i].setupVerdict = counted ? .counted : .excused }
+        updateLink(i) { $0.resolved = false }
+        guard case .connected(let old) = slots[i].state else { return }
+        let counted = old.setupVerdict == nil && unprovenWithinProofWindow(old, now)
         if counted, countSetupFailure(i) {
             move(i, to: .needsRepair(reason: .suspectedBondLoss), now, &actions)
             return
         }
-        move(i, to: .discovering(countdown: countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))),
-             now, &actions, reason: "services-lost")
+        // The set-up starts again: so does the window for its proof.
+        let link = Link(upAt: now, setupVerdict: old.setupVerdict ?? (counted ? .counted : .excused))
+        move(i, to: .discovering(link, countdown: discoveryCountdown(a, now)), now, &actions, reason: "services-lost")
     }
 
     mutating func setUpLinkFinished(_ a: DeviceAddress, _ failure: BlueZFailure?, _ now: Moment, _ actions: inout [Action]) {
-        guard let i = slot[a], case .discovering = slots[i].state else { return }
+        guard let i = slot[a], case .discovering(let link, _) = slots[i].state else { return }
         let d = slots[i]
         guard let failure else {
             // A reply to a set-up made before the services went: its subscriptions went with them.
             // The set-up that follows their return decides.
-            guard d.linkResolved else { return }
+            guard link.resolved else { return }
             let kind: Report.Kind = d.hasBeenConnected ? .reconnected : .connected
             let attempts = d.reconnectAttempts
             slots[i].hasBeenConnected = true
             slots[i].reconnectAttempts = 0
-            slots[i].ownDisconnectPending = false // bounded: a drop it would have excused is a loss now
-            move(i, to: .connected, now, &actions, kind: kind, attempt: attempts)
+            slots[i].ownDrop = nil // bounded: a drop it would have excused is a loss now
+            move(i, to: .connected(link), now, &actions, kind: kind, attempt: attempts)
             if case .settling(a)? = pairing?.phase {
                 endPairing(.success(a, name: d.identity.name), now, &actions)
             }
@@ -100,24 +97,19 @@ extension PairingMachine {
 
     mutating func linkDown(_ a: DeviceAddress, _ e: DisconnectClassifier.Evidence, _ now: Moment, _ actions: inout [Action]) {
         guard let i = slot[a] else { return }
-        let d = slots[i]
-        slots[i].linkResolved = false
-        slots[i].adoptedUnresolved = false
-        slots[i].ownDisconnectPending = false
-        slots[i].linkProven = false
-        slots[i].linkUpAt = nil
-        slots[i].setupVerdict = nil
-        let verdict = DisconnectClassifier.classify(e, weAskedForIt: d.ownDisconnectPending)
-        switch d.state {
-        case .connected, .discovering:
+        let ownDrop = slots[i].ownDrop != nil
+        slots[i].ownDrop = nil
+        let verdict = DisconnectClassifier.classify(e, weAskedForIt: ownDrop)
+        switch slots[i].state {
+        case .connected(let link), .discovering(let link, _):
             switch verdict {
-            case .requested where d.ownDisconnectPending:
+            case .requested where ownDrop:
                 // The link we dropped at the discovery timeout, after a Connect that it answered
                 // while still up: the wearable was there a moment ago, so connect again now.
                 startConnect(i, attempt: 1, now, &actions)
             case .linkLoss(let reason):
                 slots[i].lastDisconnect = .init(reason: reason, at: now)
-                if d.setupVerdict == nil, unprovenWithinProofWindow(d, now), countSetupFailure(i) {
+                if link.setupVerdict == nil, unprovenWithinProofWindow(link, now), countSetupFailure(i) {
                     move(i, to: .needsRepair(reason: .suspectedBondLoss), now, &actions)
                 } else {
                     waitPassively(i, now, &actions, reason: reason)
@@ -174,20 +166,29 @@ extension PairingMachine {
     /// a lost bond.
     mutating func linkProven(_ a: DeviceAddress) {
         guard let i = slot[a] else { return }
-        slots[i].linkProven = true
         slots[i].setupFailures = 0
+        updateLink(i) { $0.proven = true }
+        slots[i].ownDrop?.proven = true // the link we asked to drop may answer before it goes
     }
 
     /// The current set-up failed (the link dropped, or lost its services) within
     /// `MachineConfig.proofWindow` of its start without the wearable ever answering over it; a
-    /// link adopted unresolved says nothing (`adoptedUnresolved`).
-    func unprovenWithinProofWindow(_ d: ManagedDevice, _ now: Moment) -> Bool {
-        guard !d.linkProven, !d.adoptedUnresolved else { return false }
-        guard let up = d.linkUpAt else {
-            assertionFailure("a set-up judged with no link-up time (\(d.address)): every way up sets it")
-            return true
+    /// link adopted unresolved says nothing (`Link.adoptedUnresolved`).
+    func unprovenWithinProofWindow(_ link: Link, _ now: Moment) -> Bool {
+        !link.proven && !link.adoptedUnresolved && now.since(link.upAt) < config.proofWindow
+    }
+
+    /// Changes the link a linked state carries, in place (no change of state, no countdown).
+    mutating func updateLink(_ i: Int, _ change: (inout Link) -> Void) {
+        switch slots[i].state {
+        case .discovering(var link, let c): change(&link); slots[i].state = .discovering(link, countdown: c)
+        case .connected(var link): change(&link); slots[i].state = .connected(link)
+        case .restoring, .connecting, .waitingForDevice, .disconnected, .needsRepair, .adapterUnavailable: break
         }
-        return now.since(up) < config.proofWindow
+    }
+
+    mutating func discoveryCountdown(_ a: DeviceAddress, _ now: Moment) -> Countdown {
+        countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))
     }
 
     /// Counts a link that came up (or a Connect the wearable answered) but never became usable.

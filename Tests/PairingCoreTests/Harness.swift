@@ -28,7 +28,7 @@ struct Harness {
         h.send(.adapterReady([watch: BlueZDeviceView(connected: true, servicesResolved: true)]))
         h.send(.linkProven(watch))   // the battery read during set-up answered
         h.send(.setUpLinkFinished(watch, failure: nil))
-        precondition(h.state(watch) == .connected)
+        precondition(h.state(watch)?.isConnected == true)
         return h
     }
 

@@ -177,10 +177,10 @@ struct PropertyTests {
 
         // A link loss from a live link ends in waitingForDevice or connecting, never forgets the device.
         // (Repeated failed setups — links the wearable never answered over — may mean a lost bond.)
-        if case .linkDown(let a, let e) = event, let old = before[a], old.state == .connected || old.state.name == "discovering",
+        if case .linkDown(let a, let e) = event, let old = before[a], let link = old.state.link,
            e.adapterUp, e.deviceExists, e.stillBonded, e.reason != .authentication {
             let now = h.machine.devices[a]?.state.name
-            let presumedBondLoss = now == "needsRepair" && !old.linkProven && !old.adoptedUnresolved
+            let presumedBondLoss = now == "needsRepair" && !link.proven && !link.adoptedUnresolved
                 && old.setupFailures + 1 >= h.machine.config.setupFailuresBeforeRepair
             if now != "waitingForDevice" && now != "connecting" && !presumedBondLoss {
                 fail("link loss of \(a) ended in \(String(describing: now))")
