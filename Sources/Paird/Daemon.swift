@@ -295,15 +295,17 @@ public final class Daemon {
             bluez.startDiscovery(serviceUUIDs: request.serviceUUIDs, address: request.address) { [unowned self] failure in
                 if let failure { feed(.discoveryFailed(failure)) }
             }
-            scheduleRescan(request)
             // Devices BlueZ already lists (seen before this scan) are candidates too.
             for info in bluez.devices {
                 handle(.deviceFound(info))
             }
         case .stopDiscovery:
-            rescanTimer?.cancel()
-            rescanTimer = nil
             bluez.stopDiscovery()
+        case .restartDiscovery(let request):
+            log.info("nothing found yet: discovery restarted")
+            bluez.startDiscovery(serviceUUIDs: request.serviceUUIDs, address: request.address) { [unowned self] failure in
+                if let failure { log.debug("restarting discovery: \(failure.token); trying again at the next restart") }
+            }
         case .pair(let a, let call, let timeout):
             bluez.pair(a, timeout: timeout) { [unowned self] failure in
                 if let failure { feed(.pairFailed(a, call: call, failure)) } else { feed(.pairSucceeded(a, call: call)) }
@@ -332,34 +334,6 @@ public final class Daemon {
             api.pairingProgress(p)
         case .pairingEnded(let outcome):
             api.pairingEnded(outcome)
-        }
-    }
-
-    /// A scan that has found nothing yet is restarted every `rescanInterval`. The kernel drops
-    /// advertising reports that arrive while its discovery is still starting, and the
-    /// controller's duplicate filter then hides that device for the rest of the scan (seen in
-    /// the test bed: `pairctl pair` found nothing in 20 s next to an advertising wearable).
-    /// A restart that fails is tried again at the next tick; the scan countdown ends it all.
-    var rescanTimer: TimerHandle?
-    let rescanInterval = Duration.seconds(4)
-
-    func scheduleRescan(_ request: PairRequest) {
-        rescanTimer?.cancel()
-        rescanTimer = loop.schedule(after: rescanInterval) { [unowned self] in
-            rescanTimer = nil
-            guard let p = machine.pairing, case .scanning = p.phase else { return }
-            log.info("nothing found yet: restarting discovery")
-            bluez.stopDiscovery()
-            // StopDiscovery is answered before the kernel is done; give it a moment, or
-            // StartDiscovery is refused as busy.
-            rescanTimer = loop.schedule(after: .milliseconds(300)) { [unowned self] in
-                rescanTimer = nil
-                guard let p = machine.pairing, case .scanning = p.phase else { return }
-                bluez.startDiscovery(serviceUUIDs: request.serviceUUIDs, address: request.address) { [unowned self] failure in
-                    if let failure { log.debug("restarting discovery: \(failure.token); trying again") }
-                }
-                scheduleRescan(request)
-            }
         }
     }
 

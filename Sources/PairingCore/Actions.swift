@@ -14,6 +14,9 @@ public enum Action: Sendable, Hashable {
     /// `SetDiscoveryFilter` (UUIDs, LE, address pattern) then `StartDiscovery`.
     case startDiscovery(PairRequest)
     case stopDiscovery
+    /// `StartDiscovery` again after a scan restart (`PairingSession.ScanRestart`); a failure is
+    /// only logged: the next restart tries again, and the scan countdown ends it all.
+    case restartDiscovery(PairRequest)
     /// `Device1.Pair()` with the daemon's agent; answer with `pairSucceeded/Failed(call:)`.
     case pair(DeviceAddress, call: UInt64, timeout: Duration)
     case cancelPairing(DeviceAddress)
@@ -103,7 +106,7 @@ public enum PairingOutcome: Sendable, Hashable {
 /// `ManagedDevice` that the session only watches until it is `connected`.
 public struct PairingSession: Sendable, Hashable {
     public enum Phase: Sendable, Hashable {
-        case scanning
+        case scanning(ScanRestart)
         case pairing(Candidate, call: UInt64)
         /// Paired; waiting for the device to reach `connected`.
         case settling(DeviceAddress)
@@ -117,9 +120,34 @@ public struct PairingSession: Sendable, Hashable {
         }
     }
 
+    /// A scan that finds nothing is stopped every `restartInterval` and started again
+    /// `restartPause` later. The kernel drops advertising reports that arrive while its discovery
+    /// is still starting, and the controller's duplicate filter then hides that device for the
+    /// rest of the scan (seen on the bed: `pairctl pair` found nothing in 20 s next to an
+    /// advertising wearable). The session's `countdown` (the scan timeout) ends it all.
+    public enum ScanRestart: Sendable, Hashable {
+        /// Discovery runs; stopped at the countdown.
+        case running(Countdown)
+        /// Stopped; started again at the countdown (`StopDiscovery` is answered before the kernel
+        /// is done: a `StartDiscovery` right after is refused as busy).
+        case stopped(Countdown)
+
+        public var countdown: Countdown {
+            switch self { case .running(let c), .stopped(let c): c }
+        }
+
+        public static let restartInterval = Duration.seconds(4)
+        public static let restartPause = Duration.milliseconds(300)
+    }
+
     public var request: PairRequest
     public var phase: Phase
     public var countdown: Countdown
+    /// Every countdown the session carries: its phase's, and while scanning the restart's.
+    public var countdowns: [Countdown] {
+        if case .scanning(let restart) = phase { [countdown, restart.countdown] } else { [countdown] }
+    }
+
     /// needsRepair devices whose stale BlueZ object we removed during this scan.
     public var removedForRepair: Set<DeviceAddress> = []
 }

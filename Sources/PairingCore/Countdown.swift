@@ -18,6 +18,7 @@ public enum CountdownPurpose: String, Sendable, Hashable, CaseIterable {
     case discovery         // link up, services must resolve and notifications be set up by then
     case fallbackConnect   // waiting for the wearable: when to try one Connect() besides the kernel's auto-connect
     case scan              // pairing: how long to look for a matching wearable
+    case scanRestart       // pairing: when to stop a scan that found nothing, or start it again
     case pair              // pairing: Pair() must finish by then
     case settle            // pairing: the paired wearable must reach `connected` by then
 }

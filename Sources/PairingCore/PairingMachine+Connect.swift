@@ -93,7 +93,11 @@ extension PairingMachine {
     mutating func countdownFired(_ id: Countdown.ID, _ now: Moment, _ actions: inout [Action]) {
         switch id.owner {
         case .pairing:
-            guard let p = pairing, p.countdown.id == id else { return }
+            guard let p = pairing else { return }
+            if case .scanning(let restart) = p.phase, restart.countdown.id == id {
+                return scanRestartDue(restart, now, &actions)
+            }
+            guard p.countdown.id == id else { return } // stale: ignored
             switch p.phase {
             case .scanning: endPairing(.noDeviceFound, now, &actions)
             case .pairing: endPairing(.timedOut(phase: "pairing"), now, &actions)

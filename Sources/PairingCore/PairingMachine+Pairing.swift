@@ -28,14 +28,16 @@ extension PairingMachine {
             }
         }
         let c = countdown(.pairing, .scan, now + (request.scanTimeout ?? config.scanTimeout))
-        pairing = PairingSession(request: request, phase: .scanning, countdown: c, removedForRepair: removed)
+        let restart = countdown(.pairing, .scanRestart, now + PairingSession.ScanRestart.restartInterval)
+        pairing = PairingSession(request: request, phase: .scanning(.running(restart)), countdown: c, removedForRepair: removed)
         actions.append(.arm(c))
+        actions.append(.arm(restart))
         actions.append(.startDiscovery(request))
         actions.append(.pairingProgress(.scanning))
     }
 
     mutating func candidateFound(_ c: Candidate, _ now: Moment, _ actions: inout [Action]) {
-        guard var p = pairing, case .scanning = p.phase, p.request.matches(c) else { return }
+        guard var p = pairing, case .scanning(let restart) = p.phase, p.request.matches(c) else { return }
         if let i = slot[c.address] {
             let d = slots[i]
             switch d.state {
@@ -56,6 +58,7 @@ extension PairingMachine {
         let call = nextGeneration()
         let cd = countdown(.pairing, .pair, now + config.pairTimeout)
         actions.append(.cancel(p.countdown.id))
+        actions.append(.cancel(restart.countdown.id))
         actions.append(.arm(cd))
         p.phase = .pairing(c, call: call)
         p.countdown = cd
@@ -109,6 +112,24 @@ extension PairingMachine {
         actions.append(.updateAutoConnect(autoConnectUUIDs))
     }
 
+    /// A scan that found nothing is stopped, then started again (`PairingSession.ScanRestart`).
+    mutating func scanRestartDue(_ restart: PairingSession.ScanRestart, _ now: Moment, _ actions: inout [Action]) {
+        guard var p = pairing else { return }
+        switch restart {
+        case .running:
+            let c = countdown(.pairing, .scanRestart, now + PairingSession.ScanRestart.restartPause)
+            p.phase = .scanning(.stopped(c))
+            actions.append(.arm(c))
+            actions.append(.stopDiscovery)
+        case .stopped:
+            let c = countdown(.pairing, .scanRestart, now + PairingSession.ScanRestart.restartInterval)
+            p.phase = .scanning(.running(c))
+            actions.append(.arm(c))
+            actions.append(.restartDiscovery(p.request))
+        }
+        pairing = p
+    }
+
     mutating func discoveryFailed(_ f: BlueZFailure, _ now: Moment, _ actions: inout [Action]) {
         guard let p = pairing, case .scanning = p.phase else { return }
         endPairing(.failed(f.token), now, &actions)
@@ -119,7 +140,9 @@ extension PairingMachine {
         pairing = nil
         actions.append(.cancel(p.countdown.id))
         switch p.phase {
-        case .scanning: actions.append(.stopDiscovery)
+        case .scanning(let restart):
+            actions.append(.cancel(restart.countdown.id))
+            actions.append(.stopDiscovery)
         case .pairing(let c, _): actions.append(.cancelPairing(c.address))
         case .settling: break
         }

@@ -17,8 +17,8 @@ struct PairingScenarioTests {
         var h = readyHarness()
         var out = h.send(.userPair(PairRequest(serviceUUIDs: [hr])))
         #expect(out.contains(.startDiscovery(PairRequest(serviceUUIDs: [hr]))))
-        #expect(out.armedPurposes == [.scan])
-        #expect(h.machine.pairing?.phase == .scanning)
+        #expect(out.armedPurposes == [.scan, .scanRestart])
+        #expect(h.machine.pairing?.phase.name == "scanning")
 
         let candidate = Candidate(address: watch, name: "Watch", rssi: -54, serviceUUIDs: [hr])
         out = h.send(.candidateFound(candidate))
@@ -51,12 +51,43 @@ struct PairingScenarioTests {
         h.send(.userPair(PairRequest(serviceUUIDs: [hr], scanTimeout: .seconds(3))))
         // A device advertising something else does not match.
         h.send(.candidateFound(Candidate(address: Harness.ring, name: "Ring", serviceUUIDs: [ServiceUUID.battery])))
-        #expect(h.machine.pairing?.phase == .scanning)
+        #expect(h.machine.pairing?.phase.name == "scanning")
         let out = h.fireNext()
         #expect(h.now == .at(3))
         #expect(out.contains(.stopDiscovery))
         #expect(out.pairingOutcome == .noDeviceFound)
         #expect(h.machine.devices.isEmpty)
+    }
+
+    @Test("a scan that finds nothing is stopped every 4 s and started again 300 ms later, until its timeout")
+    func scanRestarts() {
+        var h = readyHarness()
+        let request = PairRequest(serviceUUIDs: [hr], scanTimeout: .seconds(10))
+        h.send(.userPair(request))
+        var out = h.fireNext()
+        #expect(h.now == .at(4))
+        #expect(out == [.arm(h.machine.pairing!.countdowns[1]), .stopDiscovery])
+        out = h.fireNext()
+        #expect(h.now == .at(4) + .milliseconds(300))
+        #expect(out == [.arm(h.machine.pairing!.countdowns[1]), .restartDiscovery(request)])
+        #expect(h.machine.pairing?.countdowns[1].deadline == .at(8) + .milliseconds(300))
+        // A candidate found now ends the restarts with the scan: nothing of them is left armed.
+        let candidate = Candidate(address: watch, name: "Watch", serviceUUIDs: [hr])
+        out = h.send(.candidateFound(candidate))
+        #expect(out.armedPurposes == [.pair])
+        #expect(h.armed.keys.map(\.purpose) == [.pair])
+        #expect(!out.contains(.restartDiscovery(request)))
+    }
+
+    @Test("a scan ended while stopped for a restart leaves no restart behind")
+    func scanTimeoutDuringRestart() {
+        var h = readyHarness()
+        h.send(.userPair(PairRequest(serviceUUIDs: [hr], scanTimeout: .seconds(4) + .milliseconds(100))))
+        h.fireNext() // 4 s: stopped for a restart
+        let out = h.fireNext() // 4.1 s: the scan's own timeout
+        #expect(out.pairingOutcome == .noDeviceFound)
+        #expect(h.armed.isEmpty)
+        #expect(h.fireNext().isEmpty)
     }
 
     @Test("filters: address and name must match too", arguments: [
