@@ -46,7 +46,7 @@ public final class Daemon {
     var actions: [Action] = []
     var battery: [DeviceAddress: UInt8] = [:]
     /// What the machine was last told about BlueZ's auto-connect (`Event.autoConnectArmed`).
-    private var autoConnectArmed: Set<DeviceAddress>?
+    var autoConnectArmed: Set<DeviceAddress>?
     var lastStatus = ""
     var ready = false
 
@@ -152,77 +152,7 @@ public final class Daemon {
         SystemdNotifier.notify("READY=1\nSTATUS=\(machine.statusLine(now: Daemon.now()))")
     }
 
-    // MARK: Events in
-
-    func handle(_ event: BlueZEvent) {
-        if case .notification = event {} else {
-            if log.minimumPriority == .debug { log.debug("event: \(event)") }
-            // BlueZ's cache is already updated: the machine learns what is armed before the event.
-            refreshAutoConnectArmed()
-        }
-        switch event {
-        case .adapterReady:
-            feed(.adapterReady(bluez.views(for: Array(machine.devices.keys))))
-            markReadyIfNeeded()
-        case .adapterGone(let reason):
-            log.info("adapter unavailable: \(reason)")
-            feed(.adapterLost)
-            markReadyIfNeeded()
-        case .autoConnectArmed:
-            break // refreshAutoConnectArmed above
-        case .deviceFound(let info):
-            if info.isBonded, case .needsRepair? = machine.device(info.address)?.state {
-                feed(.bondedDeviceAppeared(info.address))
-            }
-            guard let p = machine.pairing, case .scanning = p.phase else { return }
-            feed(.candidateFound(info.candidate))
-        case .linkUp(let a):
-            feed(.linkUp(a))
-        case .linkDown(let a, let evidence):
-            feed(.linkDown(a, evidence))
-        case .servicesResolvedChanged(let a, let resolved):
-            if resolved {
-                feed(.servicesResolved(a))
-            } else if bluez.device(a)?.connected == true {
-                feed(.servicesLost(a)) // link up, GATT gone (a plain link loss clears Connected too)
-            }
-        case .bondChanged(let a, let bonded):
-            if !bonded { feed(.bondLost(a)) }
-        case .deviceRemoved(let a):
-            battery[a] = nil
-            feed(.deviceRemoved(a))
-        case .notification(let a, let characteristic, let value):
-            try? bus.emitSignal(path: PairdAPI.objectPath, interface: PairdAPI.interface, member: "Notification",
-                                args: [.string(a.description), .string(characteristic), .bytes(value)])
-        case .battery(let a, let level):
-            guard battery[a] != level else { return }
-            battery[a] = level
-            try? bus.emitSignal(path: PairdAPI.objectPath, interface: PairdAPI.interface, member: "Battery",
-                                args: [.string(a.description), .byte(level)])
-        case .linkProven(let a):
-            feed(.linkProven(a))
-        case .passkeyRequested(let a):
-            log.warning("\(a) asked for a passkey; paird pairs with Just Works only, refused")
-        }
-    }
-
-    /// The managed devices BlueZ's auto-connect is armed for: BlueZ holds our GattProfile1 and its
-    /// UUIDs meet the device's services (`Device1.UUIDs`; 5.66 matches a profile against those).
-    /// Told to the machine when it changes.
-    private func refreshAutoConnectArmed() {
-        let registered = Set(bluez.registeredAutoConnectUUIDs ?? [])
-        var armed = Set<DeviceAddress>()
-        if !registered.isEmpty {
-            for a in machine.devices.keys {
-                guard let info = bluez.device(a), info.isBonded else { continue }
-                if info.uuids.contains(where: { ServiceUUID.normalize($0).map(registered.contains) ?? false }) { armed.insert(a) }
-            }
-        }
-        guard armed != autoConnectArmed else { return }
-        autoConnectArmed = armed
-        log.debug("auto-connect armed for: \(armed.map(\.description).sorted().joined(separator: ", "))")
-        feed(.autoConnectArmed(armed))
-    }
+    // MARK: Events in (BlueZ's: Daemon+BlueZEvents.swift)
 
     /// Events that arrived while an earlier one's actions were being performed.
     var queued: [Event] = []
@@ -337,37 +267,10 @@ public final class Daemon {
         }
     }
 
+    /// One journal entry per report (wording: `JournalEntry`), and paird's `StateChanged` signal.
     func report(_ r: Report) {
-        let who = r.device.map { r.name.isEmpty ? "\($0)" : "\(r.name) (\($0))" } ?? "pairing"
-        let message: String
-        switch r.kind {
-        case .paired: message = "\(who) paired"
-        case .connected: message = "\(who) connected"
-        case .reconnected:
-            let n = r.attempt ?? 0
-            message = n == 0 ? "\(who) reconnected (the kernel's auto-connect)" : "\(who) reconnected after \(n) Connect attempt(s)"
-        case .linkLost: message = "\(who) link lost (\(r.reason ?? "unknown")), waiting for it to come back"
-        case .needsRepair: message = "\(who) needs re-pairing (\(r.reason ?? "bond lost")): run pairctl pair \(r.device.map { "\($0)" } ?? "")"
-        case .unpaired: message = "\(who) unpaired"
-        case .userDisconnected: message = "\(who) disconnected on request; it stays down until pairctl connect"
-        case .adapterLost: message = "\(who) adapter unavailable"
-        case .pairingFailed: message = "pairing failed: \(r.reason ?? "unknown")"
-        case .stateChanged: message = "\(who) \(r.from) → \(r.to)" + (r.reason.map { " (\($0))" } ?? "")
-        }
-        let priority: Priority
-        switch r.kind {
-        case .needsRepair, .pairingFailed: priority = .warning
-        case .linkLost, .adapterLost, .paired, .connected, .reconnected, .unpaired, .userDisconnected: priority = .notice
-        case .stateChanged: priority = .info
-        }
-        log.log(priority, message, id: Log.MessageID.forReport(r.kind), fields: [
-            "PAIRD_DEVICE": r.device?.description ?? "",
-            "PAIRD_STATE": r.to,
-            "PAIRD_PREVIOUS_STATE": r.from,
-            "PAIRD_REASON": r.reason ?? "",
-            "PAIRD_ATTEMPT": r.attempt.map(String.init) ?? "",
-            "PAIRD_EVENT": r.kind.rawValue,
-        ])
+        let entry = JournalEntry(r)
+        log.log(entry.priority, entry.message, id: Log.MessageID.forReport(r.kind), fieldList: entry.fields)
         if let a = r.device {
             try? bus.emitSignal(path: PairdAPI.objectPath, interface: PairdAPI.interface, member: "StateChanged",
                                 args: [.string(a.description), .string(r.to), .string(r.reason ?? "")])
@@ -377,30 +280,7 @@ public final class Daemon {
     // MARK: Status
 
     func status() -> StatusDocument {
-        let now = Daemon.now()
-        func wall(_ m: Moment) -> Date { Date(timeIntervalSince1970: now.unixTime - Double(now.uptimeNanoseconds - m.uptimeNanoseconds) / 1e9) }
-        let adapter = bluez?.adapter.map {
-            StatusDocument.Adapter(name: $0.name, address: $0.address, powered: $0.powered, present: true)
-        } ?? StatusDocument.Adapter(name: config.adapter.isEmpty ? nil : config.adapter, address: nil, powered: false, present: false)
-        let pairing = machine.pairing.map { p -> StatusDocument.Pairing in
-            let device: String?
-            switch p.phase {
-            case .scanning: device = nil
-            case .pairing(let c, _): device = c.address.description
-            case .settling(let a): device = a.description
-            }
-            return StatusDocument.Pairing(phase: p.phase.name, deadline: wall(p.countdown.deadline), device: device)
-        }
-        let devices = machine.devices.values.sorted { $0.address < $1.address }.map { d in
-            StatusDocument.Device(
-                address: d.address.description, name: d.identity.name, state: d.state.name, wanted: d.wanted.rawValue,
-                since: wall(d.since),
-                lastDisconnect: d.lastDisconnect.map { .init(reason: $0.reason, at: wall($0.at)) },
-                reconnectAttempts: d.reconnectAttempts, battery: battery[d.address].map(Int.init),
-                services: d.identity.serviceUUIDs, autoConnect: machine.autoConnectArmed.contains(d.address),
-                nextDeadline: d.state.countdown.map { wall($0.deadline) })
-        }
-        return StatusDocument(daemon: .init(running: true, version: PairdAPI.version), adapter: adapter,
-                              pairing: pairing, devices: devices)
+        StatusDocument(machine: machine, adapter: bluez?.adapter.map { .init(name: $0.name, address: $0.address, powered: $0.powered, present: true) },
+                       configuredAdapter: config.adapter, battery: battery, now: Daemon.now())
     }
 }

@@ -57,6 +57,12 @@ public final class Log: @unchecked Sendable {
 
     public func log(_ priority: Priority, _ message: String, id: String? = nil, fields: KeyValuePairs<String, String> = [:]) {
         guard priority.rawValue <= minimumPriority.rawValue else { return }
+        log(priority, message, id: id, fieldList: fields.map { ($0.key, $0.value) })
+    }
+
+    /// The same, with fields built at run time (`JournalEntry`), in order.
+    public func log(_ priority: Priority, _ message: String, id: String? = nil, fieldList fields: [(key: String, value: String)]) {
+        guard priority.rawValue <= minimumPriority.rawValue else { return }
         if toJournal {
             var entries = ["MESSAGE=\(message)", "PRIORITY=\(priority.rawValue)", "SYSLOG_IDENTIFIER=paird"]
             if let id { entries.append("MESSAGE_ID=\(id)") }

@@ -1,0 +1,77 @@
+import BlueZ
+import PairingCore
+
+/// BlueZ's events, translated into the machine's: most one to one; a few read BlueZ's cache (the
+/// adapter's devices on `adapterReady`, whether a link is still up when its services go), and some
+/// never reach the machine (notifications and battery levels go out as paird's own signals).
+extension Daemon {
+    func handle(_ event: BlueZEvent) {
+        if case .notification = event {} else {
+            if log.minimumPriority == .debug { log.debug("event: \(event)") }
+            // BlueZ's cache is already updated: the machine learns what is armed before the event.
+            refreshAutoConnectArmed()
+        }
+        switch event {
+        case .adapterReady:
+            feed(.adapterReady(bluez.views(for: Array(machine.devices.keys))))
+            markReadyIfNeeded()
+        case .adapterGone(let reason):
+            log.info("adapter unavailable: \(reason)")
+            feed(.adapterLost)
+            markReadyIfNeeded()
+        case .autoConnectArmed:
+            break // refreshAutoConnectArmed above
+        case .deviceFound(let info):
+            if info.isBonded, case .needsRepair? = machine.device(info.address)?.state {
+                feed(.bondedDeviceAppeared(info.address))
+            }
+            guard let p = machine.pairing, case .scanning = p.phase else { return }
+            feed(.candidateFound(info.candidate))
+        case .linkUp(let a):
+            feed(.linkUp(a))
+        case .linkDown(let a, let evidence):
+            feed(.linkDown(a, evidence))
+        case .servicesResolvedChanged(let a, let resolved):
+            if resolved {
+                feed(.servicesResolved(a))
+            } else if bluez.device(a)?.connected == true {
+                feed(.servicesLost(a)) // link up, GATT gone (a plain link loss clears Connected too)
+            }
+        case .bondChanged(let a, let bonded):
+            if !bonded { feed(.bondLost(a)) }
+        case .deviceRemoved(let a):
+            battery[a] = nil
+            feed(.deviceRemoved(a))
+        case .notification(let a, let characteristic, let value):
+            try? bus.emitSignal(path: PairdAPI.objectPath, interface: PairdAPI.interface, member: "Notification",
+                                args: [.string(a.description), .string(characteristic), .bytes(value)])
+        case .battery(let a, let level):
+            guard battery[a] != level else { return }
+            battery[a] = level
+            try? bus.emitSignal(path: PairdAPI.objectPath, interface: PairdAPI.interface, member: "Battery",
+                                args: [.string(a.description), .byte(level)])
+        case .linkProven(let a):
+            feed(.linkProven(a))
+        case .passkeyRequested(let a):
+            log.warning("\(a) asked for a passkey; paird pairs with Just Works only, refused")
+        }
+    }
+
+    /// The managed devices BlueZ's auto-connect is armed for: BlueZ holds our GattProfile1 and its
+    /// UUIDs meet the device's services (`Device1.UUIDs`; 5.66 matches a profile against those).
+    /// Told to the machine when it changes.
+    func refreshAutoConnectArmed() {
+        let registered = Set(bluez.registeredAutoConnectUUIDs ?? [])
+        var armed = Set<DeviceAddress>()
+        if !registered.isEmpty {
+            for a in machine.devices.keys {
+                guard let info = bluez.device(a), info.isBonded else { continue }
+                if info.uuids.contains(where: { ServiceUUID.normalize($0).map(registered.contains) ?? false }) { armed.insert(a) }
+            }
+        }
+        guard armed != autoConnectArmed else { return }
+        autoConnectArmed = armed
+        log.debug("auto-connect armed for: \(armed.map(\.description).sorted().joined(separator: ", "))")
+        feed(.autoConnectArmed(armed))
+    }
+}

@@ -1,0 +1,37 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+import PairingCore
+
+extension StatusDocument {
+    /// The document `pairctl status` shows, from the machine and what the runtime adds (the
+    /// adapter BlueZ reports, battery levels read), at `now`. Monotonic moments become wall-clock
+    /// times through `now`, read once for the whole document.
+    init(machine: PairingMachine, adapter: Adapter?, configuredAdapter: String, battery: [DeviceAddress: UInt8], now: Moment) {
+        func wall(_ m: Moment) -> Date {
+            Date(timeIntervalSince1970: now.unixTime - Double(now.uptimeNanoseconds - m.uptimeNanoseconds) / 1e9)
+        }
+        let adapter = adapter ?? Adapter(name: configuredAdapter.isEmpty ? nil : configuredAdapter, address: nil, powered: false, present: false)
+        let pairing = machine.pairing.map { p -> Pairing in
+            let device: String?
+            switch p.phase {
+            case .scanning: device = nil
+            case .pairing(let c, _): device = c.address.description
+            case .settling(let a): device = a.description
+            }
+            return Pairing(phase: p.phase.name, deadline: wall(p.countdown.deadline), device: device)
+        }
+        let devices = machine.devices.values.sorted { $0.address < $1.address }.map { d in
+            Device(
+                address: d.address.description, name: d.identity.name, state: d.state.name, wanted: d.wanted.rawValue,
+                since: wall(d.since),
+                lastDisconnect: d.lastDisconnect.map { .init(reason: $0.reason, at: wall($0.at)) },
+                reconnectAttempts: d.reconnectAttempts, battery: battery[d.address].map(Int.init),
+                services: d.identity.serviceUUIDs, autoConnect: machine.autoConnectArmed.contains(d.address),
+                nextDeadline: d.state.countdown.map { wall($0.deadline) })
+        }
+        self.init(daemon: .init(running: true, version: PairdAPI.version), adapter: adapter, pairing: pairing, devices: devices)
+    }
+}

@@ -1,0 +1,38 @@
+import Testing
+@testable import Paird
+import PairingCore
+
+@Suite("Journal wording")
+struct JournalEntryTests {
+    let watch = DeviceAddress("00:AA:01:01:00:01")!
+
+    @Test("a lost bond is a warning that names the device and the command that fixes it")
+    func needsRepairHints() {
+        let e = JournalEntry(Report(kind: .needsRepair, device: watch, name: "Watch", from: "connected", to: "needsRepair",
+                                    reason: "authentication"))
+        #expect(e.message == "Watch (00:AA:01:01:00:01) needs re-pairing (authentication): run pairctl pair 00:AA:01:01:00:01")
+        #expect(e.priority == .warning)
+        #expect(e.fields.map(\.key) == ["PAIRD_DEVICE", "PAIRD_STATE", "PAIRD_PREVIOUS_STATE", "PAIRD_REASON", "PAIRD_ATTEMPT", "PAIRD_EVENT"])
+        #expect(e.fields.map(\.value) == ["00:AA:01:01:00:01", "needsRepair", "connected", "authentication", "", "needsRepair"])
+    }
+
+    @Test("a reconnect says who made it: the kernel's auto-connect, or paird's Connect attempts")
+    func reconnectSaysWho() {
+        #expect(JournalEntry(Report(kind: .reconnected, device: watch, to: "connected", attempt: 0)).message
+            == "00:AA:01:01:00:01 reconnected (the kernel's auto-connect)")
+        #expect(JournalEntry(Report(kind: .reconnected, device: watch, to: "connected", attempt: 3)).message
+            == "00:AA:01:01:00:01 reconnected after 3 Connect attempt(s)")
+    }
+
+    @Test("every report kind has a priority: losses and successes are notices, state steps info, failures warnings")
+    func priorities() {
+        for kind in Report.Kind.allCases {
+            let p = JournalEntry(Report(kind: kind, device: nil)).priority
+            switch kind {
+            case .needsRepair, .pairingFailed: #expect(p == .warning)
+            case .stateChanged: #expect(p == .info)
+            case .paired, .connected, .reconnected, .linkLost, .unpaired, .userDisconnected, .adapterLost: #expect(p == .notice)
+            }
+        }
+    }
+}
