@@ -21,6 +21,7 @@ extension PairingMachine {
                 break // already in step with BlueZ
             }
         }
+        // Sent even if unchanged: a bluetoothd that came back holds no registration of ours.
         actions.append(.updateAutoConnect(autoConnectUUIDs))
     }
 

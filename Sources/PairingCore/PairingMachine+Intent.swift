@@ -24,14 +24,13 @@ extension PairingMachine {
         case .disconnected:
             actions.append(.setTrusted(a, true))
             if adapterUp {
-                // The auto-connect list gets it back below, so the kernel connects it as soon as it
-                // advertises; a Connect() of ours at the same moment made two links (finding 16).
+                // The auto-connect list gets it back at the end of the step (`keepAutoConnectInStep`),
+                // so the kernel connects it as soon as it advertises; a Connect() of ours at the same moment made two links (finding 16).
                 slots[i].reconnectAttempts = 0
                 restoreConnect(i, now, &actions)
             } else {
                 move(i, to: .adapterUnavailable, now, &actions)
             }
-            actions.append(.updateAutoConnect(autoConnectUUIDs))
         case .waitingForDevice(.onAutoConnect), .waitingForDevice(.fallbackDue):
             fallbackConnect(i, now, &actions) // asked for: one Connect() now, whatever the auto-connect does
         case .connecting(.backingOff, let attempt, _):
@@ -52,10 +51,8 @@ extension PairingMachine {
             actions.append(.setTrusted(a, false))
             actions.append(.disconnect(a))
             move(i, to: .disconnected, now, &actions, reason: "user")
-            actions.append(.updateAutoConnect(autoConnectUUIDs))
         case .restoring, .adapterUnavailable:
             move(i, to: .disconnected, now, &actions, reason: "user")
-            actions.append(.updateAutoConnect(autoConnectUUIDs))
         case .disconnected, .needsRepair:
             break
         }
@@ -70,7 +67,6 @@ extension PairingMachine {
         actions.append(.removeDevice(a))
         actions.append(.persist)
         actions.append(.report(Report(kind: .unpaired, device: a, name: d.identity.name, from: d.state.name, to: "unpaired")))
-        actions.append(.updateAutoConnect(autoConnectUUIDs))
     }
 }
 

@@ -158,7 +158,6 @@ extension PairingMachine {
         }
         actions.append(.setTrusted(a, true))
         restoreConnect(i, now, &actions)
-        actions.append(.updateAutoConnect(autoConnectUUIDs))
     }
 
 

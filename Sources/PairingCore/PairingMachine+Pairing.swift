@@ -109,7 +109,6 @@ extension PairingMachine {
         actions.append(.pairingProgress(.paired(a)))
         actions.append(.setTrusted(a, true))
         if let i = slot[a] { startConnect(i, attempt: 1, now, &actions) }
-        actions.append(.updateAutoConnect(autoConnectUUIDs))
     }
 
     /// A scan that found nothing is stopped, then started again (`PairingSession.ScanRestart`).
