@@ -73,6 +73,19 @@ public enum DeviceState: Sendable, Hashable {
         }
     }
 
+    /// Can transition to: every state each one may move to, by `name` (the doc comment of each case
+    /// says when). The property test holds every step of the machine to this table.
+    public static let transitions: [String: Set<String>] = [
+        "restoring": ["discovering", "connecting", "waitingForDevice", "disconnected", "needsRepair", "adapterUnavailable"],
+        "connecting": ["discovering", "waitingForDevice", "disconnected", "needsRepair", "adapterUnavailable"],
+        "discovering": ["connected", "connecting", "waitingForDevice", "disconnected", "needsRepair", "adapterUnavailable"],
+        "connected": ["discovering", "connecting", "waitingForDevice", "disconnected", "needsRepair", "adapterUnavailable"],
+        "waitingForDevice": ["discovering", "connecting", "disconnected", "needsRepair", "adapterUnavailable"],
+        "disconnected": ["waitingForDevice", "connecting", "needsRepair", "adapterUnavailable"],
+        "needsRepair": ["waitingForDevice", "connecting", "disconnected"],
+        "adapterUnavailable": ["discovering", "connecting", "waitingForDevice", "disconnected", "needsRepair"],
+    ]
+
     /// The link a linked state carries; nil in the others.
     public var link: Link? {
         switch self {

@@ -154,6 +154,12 @@ struct PropertyTests {
             if case .device(let a) = id.owner, h.machine.devices[a] == nil { fail("countdown left for forgotten \(a)") }
         }
 
+        // Every change of state is one the state's "Can transition to:" list names.
+        for case .report(let r) in actions where r.device != nil && r.from != r.to {
+            guard let allowed = DeviceState.transitions[r.from], DeviceState.transitions[r.to] != nil else { continue }
+            if !allowed.contains(r.to) { fail("\(r.from) → \(r.to) is not in DeviceState.transitions") }
+        }
+
         // The user's own requests lift the promises first (they are what allows a Connect again).
         switch event {
         case .userConnect(let a): promises.userDown.remove(a)
