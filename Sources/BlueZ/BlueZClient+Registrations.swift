@@ -39,7 +39,7 @@ extension BlueZClient {
     func scheduleRetry() {
         guard retryTimer?.isPending != true else { return }
         let gen = generation
-        let delay = Self.backoff(base: retryDelay, max: maxRetryDelay, failures: registrationRetries)
+        let delay = Self.registrationBackoff(base: retryDelay, max: maxRetryDelay).delay(attempt: registrationRetries + 1, unit: 0)
         registrationRetries += 1
         retryTimer = loop.schedule(after: delay) { [weak self] in
             guard let self, gen == self.generation, !self.stopped else { return }
@@ -48,11 +48,10 @@ extension BlueZClient {
         }
     }
 
-    /// `base` doubled once per earlier failure in a row, at most `max`.
-    public static func backoff(base: Duration, max: Duration, failures: Int) -> Duration {
-        var delay = base
-        for _ in 0..<Swift.max(0, failures) where delay < max { delay *= 2 }
-        return Swift.min(delay, max)
+    /// The retry delays of a refused registration: PairingCore's `Backoff`, `base` doubled once
+    /// per earlier failure in a row, at most `max`, without jitter (one daemon, one bluetoothd).
+    public static func registrationBackoff(base: Duration, max: Duration) -> Backoff {
+        Backoff(initial: base, maximum: Swift.max(base, max), multiplier: 2, jitter: 0)
     }
 
     /// Brings BlueZ's registration of our application in line with `wantedUUIDs`, one call at a time.
