@@ -48,6 +48,7 @@ extension BlueZClient {
         provenLinks = []
         agentState = .none
         agentRegistered = false
+        dropAgentCalls("bluetoothd left the bus")
         registeredUUIDs = nil
         appBusy = false
         appSettled = false

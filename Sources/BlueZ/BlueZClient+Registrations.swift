@@ -10,22 +10,22 @@ extension BlueZClient {
         agentState = .pending
         let gen = generation
         let path = DBusValue.objectPath(Self.agentPath)
-        call("/org/bluez", Iface.agentManager, "RegisterAgent", [path, .string("NoInputNoOutput")]) { [weak self] result in
+        // Not RequestDefaultAgent: BlueZ hands our Pair() calls' questions to our agent anyway, and
+        // a desktop's own agent (GNOME, blueman) stays the default. Where none is registered, 5.66
+        // makes the first agent the default: questions about pairings nobody started then reach
+        // us too, and the machine refuses them.
+        call("/org/bluez", Iface.agentManager, "RegisterAgent", [path, .string("KeyboardDisplay")]) { [weak self] result in
             guard let self, gen == self.generation else { return }
             if case .failure(let e) = result, e.name != "org.bluez.Error.AlreadyExists" {
                 self.note("RegisterAgent: \(e)")
                 self.registrationFailed()
                 return
             }
-            self.call("/org/bluez", Iface.agentManager, "RequestDefaultAgent", [path]) { [weak self] result in
-                guard let self, gen == self.generation else { return }
-                if case .failure(let e) = result { self.note("RequestDefaultAgent: \(e)") }
-                self.agentRegistered = true
-                self.registrationRetries = 0
-                self.stats.agentRegistrations += 1
-                self.agentState = .settled
-                self.evaluate()
-            }
+            self.agentRegistered = true
+            self.registrationRetries = 0
+            self.stats.agentRegistrations += 1
+            self.agentState = .settled
+            self.evaluate()
         }
     }
 
@@ -123,32 +123,34 @@ extension BlueZClient {
                 call.reply()
             }
             .method("RequestPinCode", in: "o", out: "s") { [weak self] args, call in
-                self?.rejectPasskey(args, call)
-            }
-            .method("RequestPasskey", in: "o", out: "u") { [weak self] args, call in
-                self?.rejectPasskey(args, call)
+                self?.agentAsked(args, call, .pinCode)
             }
             .method("DisplayPinCode", in: "os") { [weak self] args, call in
-                guard self?.fromBluetoothd(call) == true else { return }
-                call.reply()
+                self?.agentAsked(args, call, .pinCode)
             }
-            .method("DisplayPasskey", in: "ouq") { [weak self] _, call in
-                guard self?.fromBluetoothd(call) == true else { return }
-                call.reply()
+            .method("RequestPasskey", in: "o", out: "u") { [weak self] args, call in
+                self?.agentAsked(args, call, .enterPasskey)
             }
-            .method("RequestConfirmation", in: "ou") { [weak self] _, call in
-                guard self?.fromBluetoothd(call) == true else { return }
-                call.reply()
+            .method("DisplayPasskey", in: "ouq") { [weak self] args, call in
+                guard args.count == 3, let passkey = args[1].uint32, let entered = args[2].uint16 else { return call.reply() }
+                self?.agentAsked(args, call, .displayPasskey(passkey, entered: entered))
             }
-            .method("RequestAuthorization", in: "o") { [weak self] _, call in
-                guard self?.fromBluetoothd(call) == true else { return }
-                call.reply()
+            .method("RequestConfirmation", in: "ou") { [weak self] args, call in
+                guard args.count == 2, let number = args[1].uint32 else { return call.reply() }
+                self?.agentAsked(args, call, .confirmPasskey(number))
             }
-            .method("AuthorizeService", in: "os") { [weak self] _, call in
-                guard self?.fromBluetoothd(call) == true else { return }
-                call.reply()
+            .method("RequestAuthorization", in: "o") { [weak self] args, call in
+                self?.agentAsked(args, call, .authorizePairing)
             }
-            .method("Cancel") { _, call in call.reply() }
+            .method("AuthorizeService", in: "os") { [weak self] args, call in
+                self?.agentAsked(args, call, .authorizeService(args.count > 1 ? args[1].string ?? "" : ""))
+            }
+            .method("Cancel") { [weak self] _, call in
+                guard let self, self.fromBluetoothd(call) else { return }
+                call.reply()
+                self.dropAgentCalls("canceled by BlueZ")
+                self.emit(.agentCanceled)
+            }
         let profile = DBusInterface(Iface.gattProfile)
             .method("Release") { [weak self] _, call in
                 self?.note("GATT profile released by BlueZ")
@@ -184,12 +186,32 @@ extension BlueZClient {
         return true
     }
 
-    func rejectPasskey(_ args: [DBusValue], _ call: MethodContext) {
+    /// A question from BlueZ: kept until `answerAgent` (the machine decides), or refused at once
+    /// when its path names no device.
+    func agentAsked(_ args: [DBusValue], _ call: MethodContext, _ question: AgentQuestion) {
         guard fromBluetoothd(call) else { return }
-        call.fail(DBusError(name: "org.bluez.Error.Rejected", message: "paird pairs with Just Works only"))
-        if let path = args.first?.objectPath, let address = address(ofDevicePath: path) {
-            note("\(address): BlueZ asked for a passkey; rejected")
-            emit(.passkeyRequested(address))
+        guard let path = args.first?.objectPath, let address = address(ofDevicePath: path) else {
+            call.fail(DBusError(name: "org.bluez.Error.Rejected", message: "unknown device"))
+            return
         }
+        nextAgentRequest &+= 1
+        agentCalls[nextAgentRequest] = call
+        emit(.agentAsked(address, request: nextAgentRequest, question))
+    }
+
+    /// Replies to a question `agentAsked` kept (nothing if BlueZ withdrew it meanwhile).
+    public func answerAgent(_ request: UInt64, _ answer: AgentAnswer) {
+        guard let call = agentCalls.removeValue(forKey: request) else { return }
+        switch answer {
+        case .passkey(let k): call.reply([.uint32(k)])
+        case .accept: call.reply()
+        case .reject(let why): call.fail(DBusError(name: "org.bluez.Error.Rejected", message: why))
+        }
+    }
+
+    /// Every kept question is void (BlueZ's Cancel, or bluetoothd gone).
+    func dropAgentCalls(_ why: String) {
+        for (_, call) in agentCalls { call.fail(DBusError(name: "org.bluez.Error.Canceled", message: why)) }
+        agentCalls.removeAll()
     }
 }

@@ -6,7 +6,8 @@ import PairingCore
 ///
 /// It mirrors BlueZ's object tree (one `GetManagedObjects`, then `InterfacesAdded`/`Removed` and
 /// `PropertiesChanged`, updated in place), follows bluetoothd across restarts (`NameOwnerChanged`),
-/// keeps an `Agent1` (NoInputNoOutput, default agent) and a `GattProfile1` application (which
+/// keeps an `Agent1` (KeyboardDisplay, never asked to be the default; its questions go to the
+/// machine) and a `GattProfile1` application (which
 /// arms the kernel's LE auto-connect for the listed service UUIDs) registered, and turns what it
 /// sees into `BlueZEvent`s. Requests (`connect`, `pair`, ...) answer with `BlueZFailure`s.
 ///
@@ -23,7 +24,7 @@ public final class BlueZClient {
         public var connectCalls: [DeviceAddress: Int] = [:]
         /// `Device1.Pair` calls issued, per device.
         public var pairCalls: [DeviceAddress: Int] = [:]
-        /// Successful `RegisterAgent` (+ `RequestDefaultAgent`) rounds.
+        /// Successful `RegisterAgent` rounds.
         public var agentRegistrations = 0
         /// Successful `GattManager1.RegisterApplication` calls.
         public var applicationRegistrations = 0
@@ -99,6 +100,9 @@ public final class BlueZClient {
     enum Registration { case none, pending, settled }
     var agentState = Registration.none
     var agentRegistered = false
+    /// BlueZ's agent calls waiting for the machine's answer, by request id.
+    var agentCalls: [UInt64: MethodContext] = [:]
+    var nextAgentRequest: UInt64 = 0
     /// The UUIDs the profile object shows; what BlueZ read at the last registration.
     var exportedUUIDs: [String] = []
     var wantedUUIDs: [String] = []

@@ -32,8 +32,10 @@ public enum BlueZEvent: Sendable, Hashable {
     /// services from BlueZ's cache proves nothing more (seen on 5.66 when the wearable forgot the
     /// bond: ServicesResolved, StartNotify accepted, ReadValue "Not connected", link gone 4 s later).
     case linkProven(DeviceAddress)
-    /// BlueZ asked our agent for a passkey or PIN (rejected: Just Works only).
-    case passkeyRequested(DeviceAddress)
+    /// BlueZ asked our agent a question about this device; answer with `BlueZClient.answerAgent`.
+    case agentAsked(DeviceAddress, request: UInt64, AgentQuestion)
+    /// BlueZ withdrew its question (`Agent1.Cancel`).
+    case agentCanceled
 }
 
 /// Tokens for `adapterGone(reason:)`.

@@ -52,8 +52,10 @@ extension Daemon {
                                 args: [.string(a.description), .byte(level)])
         case .linkProven(let a):
             feed(.linkProven(a))
-        case .passkeyRequested(let a):
-            log.warning("\(a) asked for a passkey; paird pairs with Just Works only, refused")
+        case .agentAsked(let a, let request, let question):
+            feed(.agentAsked(a, request: request, question))
+        case .agentCanceled:
+            feed(.agentCanceled)
         }
     }
 

@@ -240,6 +240,8 @@ public final class Daemon {
             bluez.pair(a, timeout: timeout) { [unowned self] failure in
                 if let failure { feed(.pairFailed(a, call: call, failure)) } else { feed(.pairSucceeded(a, call: call)) }
             }
+        case .answerAgent(let request, let answer):
+            bluez.answerAgent(request, answer)
         case .cancelPairing(let a):
             bluez.cancelPairing(a)
         case .updateAutoConnect(let uuids):

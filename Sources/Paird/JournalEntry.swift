@@ -22,10 +22,12 @@ struct JournalEntry {
         case .userDisconnected: message = "\(who) disconnected on request; it stays down until pairctl connect"
         case .adapterLost: message = "\(who) adapter unavailable"
         case .pairingFailed: message = "pairing failed: \(r.reason ?? "unknown")"
+        case .pairingRefused:
+            message = "\(who): refused BlueZ's pairing question (\(r.reason ?? "unknown")): no pairing of it was started with pairctl pair"
         case .stateChanged: message = "\(who) \(r.from) → \(r.to)" + (r.reason.map { " (\($0))" } ?? "")
         }
         switch r.kind {
-        case .needsRepair, .pairingFailed: priority = .warning
+        case .needsRepair, .pairingFailed, .pairingRefused: priority = .warning
         case .linkLost, .adapterLost, .paired, .connected, .reconnected, .unpaired, .userDisconnected: priority = .notice
         case .stateChanged: priority = .info
         }

@@ -25,6 +25,15 @@ final class ManagerAPI {
         self.backend = backend
         let i = DBusInterface(PairdAPI.interface)
         i.method("Pair", in: "a{sv}", out: "ss") { [unowned self] args, call in try pair(args, call) }
+        i.method("AnswerPasskey", in: "u") { [unowned self] args, call in
+            guard let k = args.first?.uint32, k <= 999_999 else {
+                throw DBusError(name: PairdAPI.Error.invalidArguments, message: "a passkey is 6 digits (0–999999)")
+            }
+            try answer(.passkey(k), call)
+        }
+        i.method("AnswerConfirmation", in: "b") { [unowned self] args, call in
+            try answer(.confirm(args.first?.bool ?? false), call)
+        }
         i.method("CancelPairing") { [unowned self] _, call in
             try submit(.userCancelPairing)
             call.reply()
@@ -96,6 +105,7 @@ final class ManagerAPI {
         switch refusal {
         case .pairingBusy: throw DBusError(name: PairdAPI.Error.busy, message: "a pairing is already in progress")
         case .noPairing: throw DBusError(name: PairdAPI.Error.failed, message: "no pairing in progress")
+        case .noQuestion: throw DBusError(name: PairdAPI.Error.notAsked, message: "no question of that kind is waiting for an answer")
         case .unknownDevice(let a): throw DBusError(name: PairdAPI.Error.unknownDevice, message: "\(a) is not paired with paird")
         case .needsRepair(let a, let why):
             throw DBusError(name: PairdAPI.Error.needsRepair, message: "\(a) needs re-pairing (\(why.token)): run pairctl pair \(a)")
@@ -131,6 +141,17 @@ final class ManagerAPI {
             case "Name":
                 guard let s = v.string else { throw DBusError(name: PairdAPI.Error.invalidArguments, message: "Name: expected s") }
                 request.nameContains = s
+            case "Passkey":
+                guard let k = v.uint32, k <= 999_999 else {
+                    throw DBusError(name: PairdAPI.Error.invalidArguments, message: "Passkey: expected 0…999999 (u)")
+                }
+                request.answers.passkey = k
+            case "Confirm":
+                guard let b = v.bool else { throw DBusError(name: PairdAPI.Error.invalidArguments, message: "Confirm: expected b") }
+                request.answers.confirm = b
+            case "Interactive":
+                guard let b = v.bool else { throw DBusError(name: PairdAPI.Error.invalidArguments, message: "Interactive: expected b") }
+                request.answers.interactive = b
             case "Timeout":
                 guard let t = v.uint32, (1...600).contains(t) else {
                     throw DBusError(name: PairdAPI.Error.invalidArguments, message: "Timeout: expected 1…600 seconds (u)")
@@ -154,6 +175,12 @@ final class ManagerAPI {
         case .pairing(let a): (kind, address, text) = ("pairing", "\(a)", "pairing…")
         case .removingStaleBond(let a): (kind, address, text) = ("removing-stale-bond", "\(a)", "removing the old bond of \(a)…")
         case .paired(let a): (kind, address, text) = ("paired", "\(a)", "paired, connecting…")
+        // The prompts' kinds carry what pairctl needs in `text`: the wearable's name, or the number.
+        case .passkeyRequested(let a, let name): (kind, address, text) = ("enter-passkey", "\(a)", name)
+        case .confirmationRequested(let a, _, let n): (kind, address, text) = ("confirm-passkey", "\(a)", Self.sixDigits(n))
+        case .displayPasskey(let a, _, let n): (kind, address, text) = ("display-passkey", "\(a)", Self.sixDigits(n))
+        case .answered(let a): (kind, address, text) = ("answered", "\(a)", "answered, pairing…")
+        case .questionCanceled(let a): (kind, address, text) = ("question-canceled", "\(a)", "the wearable withdrew its question")
         }
         try? bus.emitSignal(path: PairdAPI.objectPath, interface: PairdAPI.interface, member: "PairingProgress",
                                    args: [.string(kind), .string(address), .string(text)])
@@ -170,7 +197,23 @@ final class ManagerAPI {
         case .timedOut(let phase): call.fail(DBusError(name: PairdAPI.Error.timeout, message: "timed out while \(phase)"))
         case .canceled: call.fail(DBusError(name: PairdAPI.Error.canceled, message: "pairing canceled"))
         case .adapterUnavailable: call.fail(DBusError(name: PairdAPI.Error.adapterUnavailable, message: "no usable Bluetooth adapter"))
+        case .needsUserInput(let why): call.fail(DBusError(name: PairdAPI.Error.needsInput, message: why))
         case .failed(let why): call.fail(DBusError(name: PairdAPI.Error.failed, message: why))
         }
+    }
+
+    /// An answer at the prompt: only the caller of the running `Pair` may give it (the D-Bus
+    /// policy lets the whole `bluetooth` group call us; the passkey is that caller's alone).
+    func answer(_ answer: UserAnswer, _ call: MethodContext) throws {
+        guard let pair = pendingPair, pair.sender == call.sender else {
+            throw DBusError(name: PairdAPI.Error.notAsked, message: "only the pairctl pair that started this pairing may answer")
+        }
+        try submit(.userAnswer(answer))
+        call.reply()
+    }
+
+    static func sixDigits(_ n: UInt32) -> String {
+        let s = String(n)
+        return String(repeating: "0", count: max(0, 6 - s.count)) + s
     }
 }

@@ -18,7 +18,7 @@ extension StatusDocument {
             let device: String?
             switch p.phase {
             case .scanning: device = nil
-            case .pairing(let c, _): device = c.address.description
+            case .pairing(let c, _, _): device = c.address.description
             case .settling(let a): device = a.description
             }
             return Pairing(phase: p.phase.name, deadline: wall(p.countdown.deadline), device: device)

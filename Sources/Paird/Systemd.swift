@@ -51,6 +51,7 @@ public final class Log: @unchecked Sendable {
             case .adapterLost: "dff6639b92654615a420d9efea2e3179"
             case .pairingFailed: "c0dba6b6672943d7b05d3d0e0f45d8ad"
             case .stateChanged: "fb277abbdc3641a2a37dc4287a3fa941"
+            case .pairingRefused: "f004b59a35894a3a95581657a3104185"
             }
         }
     }

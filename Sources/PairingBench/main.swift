@@ -51,7 +51,7 @@ func runBenchmark() {
             switch a {
             case .arm(let c): if case .device(let d) = c.id.owner { lastCountdown[Int(d.value - base)] = c.id }
             case .connect(let d, let call, _): lastCall[Int(d.value - base)] = call
-            case .cancel, .disconnect, .setUpLink, .setTrusted, .removeDevice, .startDiscovery, .stopDiscovery, .restartDiscovery, .pair,
+            case .cancel, .disconnect, .setUpLink, .setTrusted, .removeDevice, .startDiscovery, .stopDiscovery, .restartDiscovery, .pair, .answerAgent,
                  .cancelPairing, .updateAutoConnect, .persist, .report, .pairingProgress, .pairingEnded:
                 break
             }

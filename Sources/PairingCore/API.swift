@@ -2,7 +2,9 @@
 ///
 /// - Bus name `org.paird1`, object `/org/paird1`, interface `org.paird1.Manager1`.
 /// - Methods: `Pair(a{sv} options) → (s address, s name)` (answers when pairing ends; options
-///   `Address` s, `Services` as, `Name` s, `Timeout` u seconds), `CancelPairing()`,
+///   `Address` s, `Services` as, `Name` s, `Timeout` u seconds, `Passkey` u, `Confirm` b,
+///   `Interactive` b), `AnswerPasskey(u)`, `AnswerConfirmation(b)` (only from the caller of the
+///   running `Pair`), `CancelPairing()`,
 ///   `Unpair(s)`, `Connect(s)`, `Disconnect(s)`, `GetStatus() → s` (the `StatusDocument` JSON).
 /// - Signals: `StateChanged(s address, s state, s reason)`, `PairingProgress(s kind, s address, s text)`,
 ///   `Notification(s address, s characteristic, ay value)`, `Battery(s address, y percent)`.
@@ -26,6 +28,10 @@ public enum PairdAPI {
         public static let adapterUnavailable = "org.paird1.Error.AdapterUnavailable"
         public static let canceled = "org.paird1.Error.Canceled"
         public static let needsRepair = "org.paird1.Error.NeedsRepair"
+        /// The wearable asked a question nobody can answer (no answer in advance, no terminal).
+        public static let needsInput = "org.paird1.Error.NeedsInput"
+        /// An answer from someone other than the caller of the running `Pair`, or with no question waiting.
+        public static let notAsked = "org.paird1.Error.NotAsked"
         public static let failed = "org.paird1.Error.Failed"
     }
 }

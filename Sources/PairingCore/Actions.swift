@@ -20,6 +20,8 @@ public enum Action: Sendable, Hashable {
     /// `Device1.Pair()` with the daemon's agent; answer with `pairSucceeded/Failed(call:)`.
     case pair(DeviceAddress, call: UInt64, timeout: Duration)
     case cancelPairing(DeviceAddress)
+    /// Replies to the pending `Agent1` call `request` (see `Event.agentAsked`).
+    case answerAgent(request: UInt64, AgentAnswer)
     /// Make the registered GattProfile1 list exactly these service UUIDs (re-register if they
     /// differ), so the kernel's LE auto-connect is armed for every wearable we pursue.
     case updateAutoConnect([String])
@@ -41,6 +43,8 @@ public struct Report: Sendable, Hashable {
     public enum Kind: String, Sendable, Hashable, CaseIterable {
         case paired, connected, reconnected, linkLost, needsRepair, unpaired, userDisconnected
         case adapterLost, pairingFailed, stateChanged
+        /// BlueZ asked paird's agent about a pairing nobody started with `pairctl pair`: refused.
+        case pairingRefused
     }
 
     public var kind: Kind
@@ -69,6 +73,16 @@ public enum PairingProgress: Sendable, Hashable {
     case found(Candidate)
     case pairing(DeviceAddress)
     case removingStaleBond(DeviceAddress)
+    /// The wearable shows a passkey: the user must type it (`Event.userAnswer(.passkey)`).
+    case passkeyRequested(DeviceAddress, name: String)
+    /// Numeric comparison: does the wearable show this number? (`Event.userAnswer(.confirm)`).
+    case confirmationRequested(DeviceAddress, name: String, number: UInt32)
+    /// The user types this passkey on the wearable.
+    case displayPasskey(DeviceAddress, name: String, passkey: UInt32)
+    /// A question answered in advance (`--passkey`, `--confirm`), or the user's answer, went to BlueZ.
+    case answered(DeviceAddress)
+    /// BlueZ withdrew its question (`Agent1.Cancel`).
+    case questionCanceled(DeviceAddress)
     case paired(DeviceAddress)
 }
 
@@ -81,12 +95,15 @@ public enum PairingOutcome: Sendable, Hashable {
     case timedOut(phase: String)
     case canceled
     case adapterUnavailable
+    /// The wearable asked a question (the text says which) that nobody can answer: no answer
+    /// given in advance and no terminal to ask on.
+    case needsUserInput(String)
     case failed(String)
 
     public var succeeded: Bool {
         switch self {
         case .success, .alreadyPaired: true
-        case .noDeviceFound, .authenticationFailed, .timedOut, .canceled, .adapterUnavailable, .failed: false
+        case .noDeviceFound, .authenticationFailed, .timedOut, .canceled, .adapterUnavailable, .needsUserInput, .failed: false
         }
     }
 }
@@ -107,7 +124,8 @@ public enum PairingOutcome: Sendable, Hashable {
 public struct PairingSession: Sendable, Hashable {
     public enum Phase: Sendable, Hashable {
         case scanning(ScanRestart)
-        case pairing(Candidate, call: UInt64)
+        /// `Pair()` in flight; `question`: the one put to the user and not yet answered.
+        case pairing(Candidate, call: UInt64, question: PendingQuestion?)
         /// Paired; waiting for the device to reach `connected`.
         case settling(DeviceAddress)
 

@@ -44,12 +44,16 @@ public struct PairRequest: Sendable, Hashable {
     /// A candidate's name must contain this (case-insensitive), when set.
     public var nameContains: String?
     public var scanTimeout: Duration?
+    /// How the wearable's questions (passkey, numeric comparison) get answered.
+    public var answers: PairingAnswers
 
-    public init(address: DeviceAddress? = nil, serviceUUIDs: [String] = [], nameContains: String? = nil, scanTimeout: Duration? = nil) {
+    public init(address: DeviceAddress? = nil, serviceUUIDs: [String] = [], nameContains: String? = nil, scanTimeout: Duration? = nil,
+                answers: PairingAnswers = PairingAnswers()) {
         self.address = address
         self.serviceUUIDs = serviceUUIDs
         self.nameContains = nameContains
         self.scanTimeout = scanTimeout
+        self.answers = answers
     }
 
     public func matches(_ c: Candidate) -> Bool {
@@ -101,6 +105,11 @@ public enum Event: Sendable, Hashable {
     case pairFailed(DeviceAddress, call: UInt64, BlueZFailure)
     case candidateFound(Candidate)
     case discoveryFailed(BlueZFailure)
+    /// BlueZ called our `Agent1` about this device; `request` names the pending call for
+    /// `Action.answerAgent`.
+    case agentAsked(DeviceAddress, request: UInt64, AgentQuestion)
+    /// BlueZ called `Agent1.Cancel`: its pending question is void (the runtime dropped the call).
+    case agentCanceled
 
     // Time.
     case countdownFired(Countdown.ID)
@@ -108,6 +117,8 @@ public enum Event: Sendable, Hashable {
     // The user (through pairctl / the D-Bus API).
     case userPair(PairRequest)
     case userCancelPairing
+    /// The answer typed at the prompt of the `pairctl pair` that started the session.
+    case userAnswer(UserAnswer)
     case userConnect(DeviceAddress)
     case userDisconnect(DeviceAddress)
     case userUnpair(DeviceAddress)

@@ -77,6 +77,8 @@ public enum Refusal: Sendable, Hashable {
     case pairingBusy
     /// `cancel` with no pairing session.
     case noPairing
+    /// An answer with no question of that kind waiting (none asked, already answered, or withdrawn).
+    case noQuestion
     /// `connect`, `disconnect` or `unpair` of a device paird does not manage.
     case unknownDevice(DeviceAddress)
     /// `connect` of a device whose bond is gone: only pairing again helps.
@@ -90,6 +92,12 @@ extension PairingMachine {
         switch event {
         case .userPair: return pairing == nil ? nil : .pairingBusy
         case .userCancelPairing: return pairing == nil ? .noPairing : nil
+        case .userAnswer(let answer):
+            guard let p = pairing, case .pairing(_, _, let q?) = p.phase else { return .noQuestion }
+            switch (q.question, answer) {
+            case (.enterPasskey, .passkey), (.confirmPasskey, .confirm): return nil
+            default: return .noQuestion
+            }
         case .userConnect(let a):
             guard let d = device(a) else { return .unknownDevice(a) }
             if case .needsRepair(let why) = d.state { return .needsRepair(a, why) }
@@ -98,7 +106,7 @@ extension PairingMachine {
             return device(a) == nil ? .unknownDevice(a) : nil
         case .adapterReady, .adapterLost, .autoConnectArmed, .linkUp, .servicesResolved, .servicesLost, .linkProven,
              .linkDown, .bondLost, .deviceRemoved, .bondedDeviceAppeared, .connectSucceeded, .connectFailed, .setUpLinkFinished,
-             .pairSucceeded, .pairFailed, .candidateFound, .discoveryFailed, .countdownFired:
+             .pairSucceeded, .pairFailed, .candidateFound, .discoveryFailed, .countdownFired, .agentAsked, .agentCanceled:
             return nil
         }
     }

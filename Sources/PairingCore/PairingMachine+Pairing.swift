@@ -60,7 +60,7 @@ extension PairingMachine {
         actions.append(.cancel(p.countdown.id))
         actions.append(.cancel(restart.countdown.id))
         actions.append(.arm(cd))
-        p.phase = .pairing(c, call: call)
+        p.phase = .pairing(c, call: call, question: nil)
         p.countdown = cd
         pairing = p
         actions.append(.stopDiscovery)
@@ -70,7 +70,8 @@ extension PairingMachine {
     }
 
     mutating func pairAnswered(_ a: DeviceAddress, _ call: UInt64, failure: BlueZFailure?, _ now: Moment, _ actions: inout [Action]) {
-        guard var p = pairing, case .pairing(let c, call) = p.phase, c.address == a else { return }
+        guard var p = pairing, case .pairing(let c, call, let question) = p.phase, c.address == a else { return }
+        if let q = question { actions.append(.answerAgent(request: q.request, .reject("pairing ended"))) }
         if let failure, failure != .alreadyExists {
             switch failure {
             case .authentication, .authenticationAborted:
@@ -142,7 +143,10 @@ extension PairingMachine {
         case .scanning(let restart):
             actions.append(.cancel(restart.countdown.id))
             actions.append(.stopDiscovery)
-        case .pairing(let c, _): actions.append(.cancelPairing(c.address))
+        case .pairing(let c, _, let question):
+            // The question goes first: BlueZ answers CancelPairing only once its agent call is done.
+            if let q = question { actions.append(.answerAgent(request: q.request, .reject("pairing ended"))) }
+            actions.append(.cancelPairing(c.address))
         case .settling: break
         }
         if !outcome.succeeded {

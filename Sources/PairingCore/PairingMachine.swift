@@ -70,7 +70,7 @@ public struct PairingMachine: Sendable {
     /// The dispatch table: every event, and the handler for it. Handlers live by event family in
     /// `PairingMachine+Adapter` (adapter, restoration, auto-connect), `+Link` (a link's life and
     /// the lost-bond heuristic), `+Connect` (paird's Connect() calls and the device countdowns),
-    /// `+Pairing` (the pairing session) and `+Intent` (pairctl connect/disconnect/unpair).
+    /// `+Pairing` (the pairing session), `+Agent` (BlueZ's questions and the user's answers) and `+Intent` (pairctl connect/disconnect/unpair).
     public mutating func handle(_ event: Event, now: Moment, into actions: inout [Action]) {
         let start = actions.endIndex
         let autoConnectBefore = autoConnectUUIDs
@@ -97,6 +97,9 @@ public struct PairingMachine: Sendable {
         case .countdownFired(let id): countdownFired(id, now, &actions)
         case .userPair(let request): userPair(request, now, &actions)
         case .userCancelPairing: endPairing(.canceled, now, &actions)
+        case .agentAsked(let a, let request, let q): agentAsked(a, request, q, now, &actions)
+        case .agentCanceled: agentCanceled(now, &actions)
+        case .userAnswer(let answer): userAnswered(answer, now, &actions)
         case .userConnect(let a): userConnect(a, now, &actions)
         case .userDisconnect(let a): userDisconnect(a, now, &actions)
         case .userUnpair(let a): userUnpair(a, now, &actions)

@@ -160,8 +160,8 @@ struct BlueZClientTests {
         try mock.addAdapter()
         try mock.addDevice("hci0", devA)
         let (client, rec, conn) = try mock.startClient()
-        #expect(try mock.calls("/org/bluez", "RegisterAgent").first == [.objectPath("/org/paird/agent"), .string("NoInputNoOutput")])
-        #expect(try mock.calls("/org/bluez", "RequestDefaultAgent").count == 1)
+        #expect(try mock.calls("/org/bluez", "RegisterAgent").first == [.objectPath("/org/paird/agent"), .string("KeyboardDisplay")])
+        #expect(try mock.calls("/org/bluez", "RequestDefaultAgent").isEmpty, "a desktop's own agent stays the default")
 
         mock.stopMock()
         try runUntil(mock.loop, "adapterGone") { rec.has(.adapterGone(reason: "bluetoothd-gone")) }
@@ -397,17 +397,65 @@ struct BlueZClientTests {
         #expect(done == .some(.deviceGone))
     }
 
-    @Test func agentAcceptsJustWorksAndRejectsPasskeys() throws {
+    /// The agent decides nothing: each question becomes an event, and its reply is what the
+    /// machine answers (`answerAgent`), however late; BlueZ's Cancel voids what is pending.
+    @Test func agentHandsEachQuestionOnAndRepliesWithTheAnswer() throws {
         let mock = try MockBlueZ()
         try mock.addAdapter()
         try mock.addDevice("hci0", devA)
-        let (_, rec, conn) = try mock.startClient()
-        for method in ["RequestConfirmation", "RequestAuthorization", "AuthorizeService"] {
-            #expect(try mock.callAgent(of: conn.uniqueName, method, device: pathA) == "ok", "\(method)")
+        let (client, rec, conn) = try mock.startClient()
+        func ask(_ method: String, _ expected: AgentQuestion, number: UInt32 = 123_456) throws -> (token: Int, request: UInt64) {
+            let before = rec.events.count
+            let token = try mock.startAgentCall(of: conn.uniqueName, method, device: pathA, number: number)
+            var request: UInt64?
+            try runUntil(mock.loop, "\(method) handed on") {
+                for case .agentAsked(let a, let r, let q) in rec.events.dropFirst(before) where a == addrA && q == expected { request = r }
+                return request != nil
+            }
+            #expect(try mock.agentReply(token) == nil, "\(method) waits for the machine's answer")
+            return (token, request!)
         }
-        #expect(try mock.callAgent(of: conn.uniqueName, "RequestPasskey", device: pathA) == "org.bluez.Error.Rejected")
-        #expect(rec.has(.passkeyRequested(addrA)))
-        #expect(try mock.callAgent(of: conn.uniqueName, "RequestPinCode", device: pathA) == "org.bluez.Error.Rejected")
+        func reply(_ token: Int) throws -> String {
+            for _ in 0..<200 { // polled between turns of the loop (the reply travels through the mock)
+                if let r = try mock.agentReply(token) { return r }
+                var tick = false
+                let timer = mock.loop.schedule(after: .milliseconds(50)) { tick = true }
+                try runUntil(mock.loop, "tick") { tick }
+                timer.cancel()
+            }
+            throw TimedOut(what: "agent reply \(token)")
+        }
+
+        var (token, request) = try ask("RequestPasskey", .enterPasskey)
+        client.answerAgent(request, .passkey(654_321))
+        #expect(try reply(token) == "ok 654321")
+
+        (token, request) = try ask("RequestConfirmation", .confirmPasskey(42), number: 42)
+        client.answerAgent(request, .reject("the numbers differ"))
+        #expect(try reply(token) == "org.bluez.Error.Rejected")
+
+        (token, request) = try ask("RequestAuthorization", .authorizePairing)
+        client.answerAgent(request, .accept)
+        #expect(try reply(token) == "ok")
+        client.answerAgent(request, .reject("twice")) // a second answer to the same call: nothing
+
+        (token, request) = try ask("DisplayPasskey", .displayPasskey(7, entered: 0), number: 7)
+        client.answerAgent(request, .accept)
+        #expect(try reply(token) == "ok")
+
+        // BlueZ's Cancel: the pending question is dropped (Canceled) and the machine told.
+        (token, request) = try ask("AuthorizeService", .authorizeService("0000180d-0000-1000-8000-00805f9b34fb"))
+        let cancel = try mock.startAgentCall(of: conn.uniqueName, "Cancel", device: pathA)
+        #expect(try reply(cancel) == "ok")
+        #expect(try reply(token) == "org.bluez.Error.Canceled")
+        #expect(rec.has(.agentCanceled))
+        client.answerAgent(request, .accept) // too late: nothing
+
+        // A path that names no device at all: refused at once, nothing handed on.
+        let before = rec.events.count
+        let junk = try mock.startAgentCall(of: conn.uniqueName, "RequestPasskey", device: "/org/bluez/hci0")
+        #expect(try reply(junk) == "org.bluez.Error.Rejected")
+        #expect(rec.events.dropFirst(before).allSatisfy { if case .agentAsked = $0 { false } else { true } })
     }
 
     @Test func strangerCannotDriveAgent() throws {

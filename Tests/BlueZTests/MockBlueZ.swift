@@ -240,28 +240,56 @@ final class MockBlueZ {
     }
 
     /// Makes the mock (as bluetoothd) call our agent; returns "ok" or the error name.
-    func callAgent(of client: String, _ method: String, device: String) throws -> String {
-        try addMethod("/org/bluez", "org.paird.Test", "CallAgent", in: "ss", out: "s", code: """
+    /// Starts an `Agent1` call from "bluetoothd" without waiting for its reply (the agent answers
+    /// when the machine decides); `agentReply(token)` reads the reply once it came: "ok", "ok N"
+    /// (a passkey) or the error name.
+    func startAgentCall(of client: String, _ method: String, device: String, number: UInt32 = 123_456) throws -> Int {
+        try addMethod("/org/bluez", "org.paird.Test", "StartAgentCall", in: "ssu", out: "i", code: """
         import dbus
+        if not hasattr(self, 'agent_replies'):
+            self.agent_replies = {}
+        token = len(self.agent_replies) + 1
+        self.agent_replies[token] = None
         o = self.connection.get_object(args[0], '/org/paird/agent', introspect=False)
         i = dbus.Interface(o, 'org.bluez.Agent1')
         dev = dbus.ObjectPath('\(device)')
-        try:
-            if args[1] == 'RequestConfirmation':
-                i.RequestConfirmation(dev, dbus.UInt32(123456))
-            elif args[1] == 'AuthorizeService':
-                i.AuthorizeService(dev, '0000180d-0000-1000-8000-00805f9b34fb')
-            else:
-                getattr(i, args[1])(dev)
-            ret = 'ok'
-        except dbus.exceptions.DBusException as e:
-            ret = e.get_dbus_name()
+        store = self.agent_replies
+        def ok(*r, store=store, token=token):
+            store[token] = 'ok' if not r else 'ok %d' % r[0]
+        def err(e, store=store, token=token):
+            store[token] = e.get_dbus_name()
+        kw = dict(reply_handler=ok, error_handler=err, timeout=30)
+        m = args[1]
+        if m == 'RequestConfirmation':
+            i.RequestConfirmation(dev, dbus.UInt32(args[2]), **kw)
+        elif m == 'DisplayPasskey':
+            i.DisplayPasskey(dev, dbus.UInt32(args[2]), dbus.UInt16(0), **kw)
+        elif m == 'AuthorizeService':
+            i.AuthorizeService(dev, '0000180d-0000-1000-8000-00805f9b34fb', **kw)
+        elif m == 'Cancel':
+            i.Cancel(**kw)
+        else:
+            getattr(i, m)(dev, **kw)
+        ret = token
+        """)
+        try addMethod("/org/bluez", "org.paird.Test", "AgentReply", in: "i", out: "s", code: """
+        r = getattr(self, 'agent_replies', {}).get(args[0])
+        ret = '' if r is None else r
         """)
         var result: Result<[DBusValue], DBusError>?
-        control.call(destination: "org.bluez", path: "/org/bluez", interface: "org.paird.Test", method: "CallAgent",
-                     args: [.string(client), .string(method)], timeout: .seconds(10)) { result = $0 }
-        try runUntil(loop, "CallAgent \(method)") { result != nil }
-        return try result!.get().first?.string ?? "?"
+        control.call(destination: "org.bluez", path: "/org/bluez", interface: "org.paird.Test", method: "StartAgentCall",
+                     args: [.string(client), .string(method), .uint32(number)], timeout: .seconds(10)) { result = $0 }
+        try runUntil(loop, "StartAgentCall \(method)") { result != nil }
+        return Int(try result!.get().first?.int32 ?? -1)
+    }
+
+    func agentReply(_ token: Int) throws -> String? {
+        var result: Result<[DBusValue], DBusError>?
+        control.call(destination: "org.bluez", path: "/org/bluez", interface: "org.paird.Test", method: "AgentReply",
+                     args: [.int32(Int32(token))], timeout: .seconds(10)) { result = $0 }
+        try runUntil(loop, "AgentReply") { result != nil }
+        let s = try result!.get().first?.string ?? ""
+        return s.isEmpty ? nil : s
     }
 
     // MARK: GATT

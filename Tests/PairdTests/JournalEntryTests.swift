@@ -29,7 +29,7 @@ struct JournalEntryTests {
         for kind in Report.Kind.allCases {
             let p = JournalEntry(Report(kind: kind, device: nil)).priority
             switch kind {
-            case .needsRepair, .pairingFailed: #expect(p == .warning)
+            case .needsRepair, .pairingFailed, .pairingRefused: #expect(p == .warning)
             case .stateChanged: #expect(p == .info)
             case .paired, .connected, .reconnected, .linkLost, .unpaired, .userDisconnected, .adapterLost: #expect(p == .notice)
             }

@@ -41,7 +41,7 @@ struct Harness {
             case .cancel(let id): armed[id] = nil
             case .connect(let d, let call, _): lastConnectCall[d] = call
             case .pair(_, let call, _): lastPairCall = call
-            case .disconnect, .setUpLink, .setTrusted, .removeDevice, .startDiscovery, .stopDiscovery, .restartDiscovery, .cancelPairing,
+            case .disconnect, .setUpLink, .setTrusted, .removeDevice, .startDiscovery, .stopDiscovery, .restartDiscovery, .cancelPairing, .answerAgent,
                  .updateAutoConnect, .persist, .report, .pairingProgress, .pairingEnded:
                 break
             }
