@@ -18,10 +18,14 @@ extension BlueZClient {
         call(path, Iface.device, "Disconnect") { reply(Self.failure($0)) }
     }
 
-    public func pair(_ address: DeviceAddress, timeout: Duration, reply: @escaping (BlueZFailure?) -> Void) {
-        guard let path = targetPath(address, reply) else { return }
+    /// `Device1.Pair()`; the reply names the device by its address when the call ended (a private
+    /// address may have resolved to the identity meanwhile: `BlueZEvent.addressChanged`).
+    public func pair(_ address: DeviceAddress, timeout: Duration, reply: @escaping (BlueZFailure?, DeviceAddress) -> Void) {
+        guard let path = targetPath(address, { reply($0, address) }) else { return }
         stats.pairCalls[address, default: 0] += 1
-        call(path, Iface.device, "Pair", timeout: timeout) { reply(Self.failure($0)) }
+        call(path, Iface.device, "Pair", timeout: timeout) { [weak self] result in
+            reply(Self.failure(result), self?.address(ofDevicePath: path) ?? address)
+        }
     }
 
     public func cancelPairing(_ address: DeviceAddress) {

@@ -122,6 +122,15 @@ extension BlueZClient {
         }
     }
 
+    /// Moves what the client keeps per address to the device's new one.
+    func rekey(_ old: DeviceAddress, to new: DeviceAddress) {
+        if let r = disconnectReasons.removeValue(forKey: old) { disconnectReasons[new] = r }
+        if let u = notifyUUIDs.removeValue(forKey: old) { notifyUUIDs[new] = u }
+        if liveLinks.remove(old) != nil { liveLinks.insert(new) }
+        if provenLinks.remove(old) != nil { provenLinks.insert(new) }
+        pendingRemovals = pendingRemovals.map { $0 == old ? new : $0 }
+    }
+
     func apply(_ path: String, _ iface: String, _ changed: Props, _ invalidated: [String]) {
         // A value whose type differs from the one BlueZ gave before is junk: the cache keeps the old one.
         for r in cache.apply(path, iface, changed, invalidated) {
@@ -136,6 +145,12 @@ extension BlueZClient {
         apply(path, Iface.device, changed, invalidated)
         guard isOurs, ready, let before, let after = deviceInfo(path) else { return }
         let a = after.address
+        if before.address != a {
+            // A private address resolved to the wearable's identity (BlueZ got its IRK while
+            // pairing; the object path keeps the first address): what follows is the identity's.
+            rekey(before.address, to: a)
+            emit(.addressChanged(before.address, to: a, after.addressType))
+        }
         // BlueZ 5.66 often emits no Connected=true for a link made by Device1.Connect (seen in the
         // test bed: only ServicesResolved=true), so the cache still says false when the link
         // drops; a resolved link counts as up, or that Connected=false would go unreported.

@@ -36,6 +36,9 @@ public enum BlueZEvent: Sendable, Hashable {
     case agentAsked(DeviceAddress, request: UInt64, AgentQuestion)
     /// BlueZ withdrew its question (`Agent1.Cancel`).
     case agentCanceled
+    /// A device's `Address` changed: its private address resolved to its identity address (the
+    /// object path keeps the address it was first seen with). Later events use the new one.
+    case addressChanged(DeviceAddress, to: DeviceAddress, AddressType)
 }
 
 /// Tokens for `adapterGone(reason:)`.

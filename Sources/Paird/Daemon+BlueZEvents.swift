@@ -56,6 +56,10 @@ extension Daemon {
             feed(.agentAsked(a, request: request, question))
         case .agentCanceled:
             feed(.agentCanceled)
+        case .addressChanged(let old, let new, let type):
+            log.info("\(old) is \(new) (\(type.rawValue)): its private address resolved to its identity")
+            if battery[old] != nil { battery[new] = battery.removeValue(forKey: old) }
+            feed(.addressChanged(old, to: new, type))
         }
     }
 

@@ -237,8 +237,8 @@ public final class Daemon {
                 if let failure { log.debug("restarting discovery: \(failure.token); trying again at the next restart") }
             }
         case .pair(let a, let call, let timeout):
-            bluez.pair(a, timeout: timeout) { [unowned self] failure in
-                if let failure { feed(.pairFailed(a, call: call, failure)) } else { feed(.pairSucceeded(a, call: call)) }
+            bluez.pair(a, timeout: timeout) { [unowned self] failure, now in
+                if let failure { feed(.pairFailed(now, call: call, failure)) } else { feed(.pairSucceeded(now, call: call)) }
             }
         case .answerAgent(let request, let answer):
             bluez.answerAgent(request, answer)

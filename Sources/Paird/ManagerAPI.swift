@@ -175,10 +175,11 @@ final class ManagerAPI {
         case .pairing(let a): (kind, address, text) = ("pairing", "\(a)", "pairing…")
         case .removingStaleBond(let a): (kind, address, text) = ("removing-stale-bond", "\(a)", "removing the old bond of \(a)…")
         case .paired(let a): (kind, address, text) = ("paired", "\(a)", "paired, connecting…")
-        // The prompts' kinds carry what pairctl needs in `text`: the wearable's name, or the number.
+        // The prompts' kinds carry what pairctl needs in `text`: the wearable's name, or the six
+        // digits, a space and the name.
         case .passkeyRequested(let a, let name): (kind, address, text) = ("enter-passkey", "\(a)", name)
-        case .confirmationRequested(let a, _, let n): (kind, address, text) = ("confirm-passkey", "\(a)", Self.sixDigits(n))
-        case .displayPasskey(let a, _, let n): (kind, address, text) = ("display-passkey", "\(a)", Self.sixDigits(n))
+        case .confirmationRequested(let a, let name, let n): (kind, address, text) = ("confirm-passkey", "\(a)", "\(Self.sixDigits(n)) \(name)")
+        case .displayPasskey(let a, let name, let n): (kind, address, text) = ("display-passkey", "\(a)", "\(Self.sixDigits(n)) \(name)")
         case .answered(let a): (kind, address, text) = ("answered", "\(a)", "answered, pairing…")
         case .questionCanceled(let a): (kind, address, text) = ("question-canceled", "\(a)", "the wearable withdrew its question")
         }

@@ -110,6 +110,9 @@ public enum Event: Sendable, Hashable {
     case agentAsked(DeviceAddress, request: UInt64, AgentQuestion)
     /// BlueZ called `Agent1.Cancel`: its pending question is void (the runtime dropped the call).
     case agentCanceled
+    /// A device's private address resolved to its identity address (BlueZ received its IRK while
+    /// pairing): the device, or the session's candidate, is known by the new address from now on.
+    case addressChanged(DeviceAddress, to: DeviceAddress, AddressType)
 
     // Time.
     case countdownFired(Countdown.ID)

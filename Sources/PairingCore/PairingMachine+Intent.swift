@@ -106,7 +106,7 @@ extension PairingMachine {
             return device(a) == nil ? .unknownDevice(a) : nil
         case .adapterReady, .adapterLost, .autoConnectArmed, .linkUp, .servicesResolved, .servicesLost, .linkProven,
              .linkDown, .bondLost, .deviceRemoved, .bondedDeviceAppeared, .connectSucceeded, .connectFailed, .setUpLinkFinished,
-             .pairSucceeded, .pairFailed, .candidateFound, .discoveryFailed, .countdownFired, .agentAsked, .agentCanceled:
+             .pairSucceeded, .pairFailed, .candidateFound, .discoveryFailed, .countdownFired, .agentAsked, .agentCanceled, .addressChanged:
             return nil
         }
     }

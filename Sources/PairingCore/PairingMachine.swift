@@ -99,6 +99,7 @@ public struct PairingMachine: Sendable {
         case .userCancelPairing: endPairing(.canceled, now, &actions)
         case .agentAsked(let a, let request, let q): agentAsked(a, request, q, now, &actions)
         case .agentCanceled: agentCanceled(now, &actions)
+        case .addressChanged(let old, let new, let type): addressChanged(old, to: new, type, now, &actions)
         case .userAnswer(let answer): userAnswered(answer, now, &actions)
         case .userConnect(let a): userConnect(a, now, &actions)
         case .userDisconnect(let a): userDisconnect(a, now, &actions)

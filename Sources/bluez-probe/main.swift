@@ -118,7 +118,7 @@ let dev = device!
 
 step("Pair (Just Works, bonds), Trusted=true") {
     if client.device(dev)?.isBonded != true {
-        try request("Pair", 60) { client.pair(dev, timeout: .seconds(60), reply: $0) }
+        try request("Pair", 60) { done in client.pair(dev, timeout: .seconds(60)) { failure, _ in done(failure) } }
     }
     try request("Trusted", 10) { client.setTrusted(dev, true, reply: $0) }
     try wait("bonded in the cache", 10) { client.device(dev)?.isBonded == true }

@@ -258,8 +258,10 @@ struct BlueZClientTests {
         #expect(try run("connect") { client.connect(addrA, timeout: .seconds(45), reply: $0) } == nil)
         #expect(try run("disconnect") { client.disconnect(addrA, reply: $0) } == nil)
         #expect(try run("disconnect again") { client.disconnect(addrA, reply: $0) } == .notConnected)
-        #expect(try run("pair") { client.pair(addrA, timeout: .seconds(30), reply: $0) } == nil)
-        #expect(try run("pair again") { client.pair(addrA, timeout: .seconds(30), reply: $0) } == .alreadyExists)
+        var pairedAs: DeviceAddress?
+        #expect(try run("pair") { done in client.pair(addrA, timeout: .seconds(30)) { f, a in pairedAs = a; done(f) } } == nil)
+        #expect(pairedAs == addrA)
+        #expect(try run("pair again") { done in client.pair(addrA, timeout: .seconds(30)) { f, _ in done(f) } } == .alreadyExists)
 
         let table: [(String, String, String, BlueZFailure)] = [
             ("Connect", "org.bluez.Error.Failed", "le-connection-abort-by-local", .abortedByLocal),
@@ -276,7 +278,7 @@ struct BlueZClientTests {
             try failing(method, name, message)
             let got = try run("\(method) \(name)") { done in
                 if method == "Connect" { client.connect(addrA, timeout: .seconds(45), reply: done) }
-                else { client.pair(addrA, timeout: .seconds(30), reply: done) }
+                else { client.pair(addrA, timeout: .seconds(30)) { f, _ in done(f) } }
             }
             #expect(got == expected, "\(name) \"\(message)\"")
         }
@@ -456,6 +458,20 @@ struct BlueZClientTests {
         let junk = try mock.startAgentCall(of: conn.uniqueName, "RequestPasskey", device: "/org/bluez/hci0")
         #expect(try reply(junk) == "org.bluez.Error.Rejected")
         #expect(rec.events.dropFirst(before).allSatisfy { if case .agentAsked = $0 { false } else { true } })
+    }
+
+    /// BlueZ resolves an RPA while pairing: Device1.Address becomes the identity, the path stays.
+    @Test func privateAddressResolvingToItsIdentity() throws {
+        let mock = try MockBlueZ()
+        try mock.addAdapter()
+        try mock.addDevice("hci0", devA)
+        let (client, rec, _) = try mock.startClient()
+        let identity = DeviceAddress("F3:5A:B1:00:00:02")!
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["Address": .string(identity.description), "AddressType": .string("random")])
+        try runUntil(mock.loop, "addressChanged") { rec.has(.addressChanged(addrA, to: identity, .random)) }
+        #expect(client.device(identity)?.path == pathA)
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["Connected": .bool(true)])
+        try runUntil(mock.loop, "linkUp by identity") { rec.has(.linkUp(identity)) }
     }
 
     @Test func strangerCannotDriveAgent() throws {
