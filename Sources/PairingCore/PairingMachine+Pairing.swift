@@ -70,6 +70,10 @@ extension PairingMachine {
     }
 
     mutating func pairAnswered(_ a: DeviceAddress, _ call: UInt64, failure: BlueZFailure?, _ now: Moment, _ actions: inout [Action]) {
+        if abandonedPairs[a] == call {
+            cleanUpAbandonedPair(a, failure: failure, &actions)
+            return
+        }
         guard var p = pairing, case .pairing(let c, call, let question) = p.phase, c.address == a else { return }
         if let q = question { actions.append(.answerAgent(request: q.request, .reject("pairing ended"))) }
         if let failure, failure != .alreadyExists {
@@ -80,6 +84,7 @@ extension PairingMachine {
                  .alreadyExists, .deviceGone, .notConnected, .other:
                 endPairing(.failed(failure.token), now, &actions)
             }
+            if abandonedPairs[a] == call { cleanUpAbandonedPair(a, failure: failure, &actions) } // BlueZ is done now
             return
         }
         // Bonded. Record identity and intent, trust it, and bring the link to `connected`.
@@ -130,6 +135,16 @@ extension PairingMachine {
         pairing = p
     }
 
+    /// The answer to the `Pair()` of a session that already ended (canceled, timed out, nobody to
+    /// answer its question): BlueZ is done with it, so its link and device object can go. One that
+    /// bonded after all (its answer crossed our cancel) goes too: nobody asked to keep it.
+    mutating func cleanUpAbandonedPair(_ a: DeviceAddress, failure: BlueZFailure?, _ actions: inout [Action]) {
+        abandonedPairs[a] = nil
+        guard slot[a] == nil else { return }
+        actions.append(.disconnect(a))
+        actions.append(.removeDevice(a))
+    }
+
     mutating func discoveryFailed(_ f: BlueZFailure, _ now: Moment, _ actions: inout [Action]) {
         guard let p = pairing, case .scanning = p.phase else { return }
         endPairing(.failed(f.token), now, &actions)
@@ -143,10 +158,18 @@ extension PairingMachine {
         case .scanning(let restart):
             actions.append(.cancel(restart.countdown.id))
             actions.append(.stopDiscovery)
-        case .pairing(let c, _, let question):
+        case .pairing(let c, let phaseCall, let question):
             // The question goes first: BlueZ answers CancelPairing only once its agent call is done.
             if let q = question { actions.append(.answerAgent(request: q.request, .reject("pairing ended"))) }
             actions.append(.cancelPairing(c.address))
+            let call = phaseCall
+            if !outcome.succeeded, !c.bonded, slot[c.address] == nil {
+                // Nothing half-paired stays behind, and no link, once BlueZ has answered the
+                // Pair() (`cleanUpAbandonedPair`): a link left up after a failed pairing makes
+                // BlueZ, reading a protected characteristic, start a pairing of its own that
+                // nobody answers (seen on the bed with a passkey watch).
+                abandonedPairs[c.address] = call
+            }
         case .settling: break
         }
         if !outcome.succeeded {

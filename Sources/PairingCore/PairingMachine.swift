@@ -30,6 +30,9 @@ public struct PairingMachine: Sendable {
     /// Addresses in a stable order, for loops that must not depend on hashing.
     var sortedAddresses: [DeviceAddress] { slots.map(\.address).sorted() }
     public internal(set) var pairing: PairingSession?
+    /// `Pair()` calls of ended sessions still in flight, by device: when BlueZ answers one (its
+    /// bonding over), what it left behind (a link, a half-made device) is removed.
+    var abandonedPairs: [DeviceAddress: UInt64] = [:]
     public internal(set) var adapterUp = false
     /// The devices BlueZ's auto-connect is armed for now (`Event.autoConnectArmed`).
     public internal(set) var autoConnectArmed: Set<DeviceAddress> = []

@@ -57,6 +57,10 @@ struct AgentTests {
             #expect(out.first == .answerAgent(request: 9, .reject(question == .enterPasskey ? "no passkey given" : "not confirmed")))
             #expect(out.contains(.cancelPairing(watch)))
             #expect(h.machine.pairing == nil && h.armed.isEmpty)
+            // BlueZ answers the canceled Pair(): then its link and device go (nothing half-paired).
+            let late = h.send(.pairFailed(watch, call: h.lastPairCall!, .authenticationAborted))
+            #expect(late == [.disconnect(watch), .removeDevice(watch)])
+            #expect(h.send(.pairFailed(watch, call: h.lastPairCall!, .authenticationAborted)).isEmpty, "once")
         }
     }
 
@@ -122,6 +126,7 @@ struct AgentTests {
         let out = h.send(.pairFailed(watch, call: h.lastPairCall!, .authentication))
         guard case .authenticationFailed? = out.pairingOutcome else { Issue.record("\(out)"); return }
         #expect(h.machine.devices.isEmpty)
+        #expect(out.contains(.removeDevice(watch)), "BlueZ keeps nothing of it either")
     }
 }
 

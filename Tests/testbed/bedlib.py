@@ -16,6 +16,8 @@ import contextlib
 import functools
 import json
 import os
+import re
+import signal
 import socket
 import subprocess
 import sys
@@ -785,7 +787,8 @@ class Paird:
             cmd = ["setpriv", f"--reuid={user}", "--regid=nogroup",
                    f"--groups={groups}" if groups else "--clear-groups", *cmd]
         t = now()
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        # stdin: never a terminal (a script's pairctl); Terminal runs one on a pseudo-terminal
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
         log(f"pairctl {' '.join(args)}{' (as ' + user + (', groups ' + groups if groups else '') + ')' if user else ''} → exit {r.returncode} "
             f"in {now() - t:.2f} s")
         return r.returncode, r.stdout, r.stderr
@@ -894,6 +897,76 @@ class PairctlWatch:
             self.proc.wait(5)
 
 
+class Terminal:
+    """A command run on a pseudo-terminal (stdin, stdout and stderr), as a person at a terminal
+    runs it: `expect` waits for text on the screen, `type` sends a line."""
+
+    def __init__(self, *cmd):
+        import pty
+        self.cmd = cmd
+        self.master, slave = pty.openpty()
+        self.t0 = now()
+        self.proc = subprocess.Popen(cmd, stdin=slave, stdout=slave, stderr=slave, close_fds=True,
+                                     start_new_session=True)
+        os.close(slave)
+        self.screen = ""
+        self.lock = threading.Lock()
+        threading.Thread(target=self._read, daemon=True).start()
+        at_exit(self.kill)
+        log(f"terminal: {' '.join(os.path.basename(c) if i == 0 else c for i, c in enumerate(cmd))}")
+
+    def _read(self):
+        while True:
+            try:
+                b = os.read(self.master, 4096)
+            except OSError:
+                return
+            if not b:
+                return
+            with self.lock:
+                self.screen += b.decode(errors="replace").replace("\r\n", "\n")
+
+    def text(self):
+        with self.lock:
+            return self.screen
+
+    def expect(self, pattern, deadline, what=None):
+        """Waits until `pattern` (a regex) is on the screen; returns the match."""
+        def found():
+            if self.proc.poll() is not None and not re.search(pattern, self.text()):
+                raise BedError(f"{self.cmd[0]} exited {self.proc.returncode} before {what or pattern!r}:\n{self.text()}")
+            return re.search(pattern, self.text())
+        m = wait_for(found, deadline, what or f"{pattern!r} on the terminal")
+        log(f"  terminal shows {m.group(0)!r} at {now() - self.t0:.2f} s")
+        return m
+
+    def type(self, line):
+        log(f"  typing {line!r} at {now() - self.t0:.2f} s")
+        os.write(self.master, line.encode() + b"\n")
+
+    def interrupt(self):
+        """Ctrl-C, as the terminal sends it: SIGINT to the foreground process."""
+        log(f"  Ctrl-C at {now() - self.t0:.2f} s")
+        self.proc.send_signal(signal.SIGINT)
+
+    def wait_exit(self, deadline):
+        wait_for(lambda: self.proc.poll() is not None, deadline, f"{os.path.basename(self.cmd[0])} to exit")
+        rc = self.proc.returncode
+        log(f"  exit {rc} at {now() - self.t0:.2f} s")
+        for line in self.text().splitlines():
+            log(f"  | {line}")
+        return rc
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        try:
+            os.close(self.master)
+        except OSError:
+            pass
+
+
 def pair_wearable(p, name="Pulse-1", deadline=60):
     """`pairctl pair --service 180d`: exit 0, progress lines; returns the stdout lines."""
     rc, out, err = p.pairctl("pair", "--service", "180d", "--timeout", "20", timeout=deadline)
@@ -905,4 +978,4 @@ def pair_wearable(p, name="Pulse-1", deadline=60):
 
 
 __all__ = [n for n in dir() if not n.startswith("_") and n not in (
-    "contextlib", "functools", "json", "os", "socket", "subprocess", "sys", "threading", "time", "traceback")] + ["_Skip"]
+    "contextlib", "functools", "json", "os", "re", "signal", "socket", "subprocess", "sys", "threading", "time", "traceback")] + ["_Skip"]

@@ -111,6 +111,12 @@ class Delegate(PairingDelegate):
         self.w.passkey = f"{number:0{digits}d}"
         self.w.event("passkey", passkey=self.w.passkey)
 
+    async def generate_passkey(self):
+        # --passkey: a fixed one (a wearable whose manual prints it), else Bumble's random one
+        if self.w.args.passkey is not None:
+            return self.w.args.passkey
+        return await super().generate_passkey()
+
     async def get_number(self):
         self.w.event("error", where="pairing", error="asked to enter a number (no keyboard)")
         return None
@@ -313,7 +319,7 @@ class Wearable:
                    address=addr_str(connection.self_address))
         connection.on("disconnection", lambda reason: self.on_disconnection(connection, reason))
         connection.on("pairing", lambda keys: self.event("paired", device=addr_str(connection.peer_address), sc=connection.sc))
-        connection.on("pairing_failure", lambda r: self.event("pairing-failed", reason=f"0x{int(r):02x}"))
+        connection.on("pairing_failure", lambda r: self.on_pairing_failure(connection, r))
         connection.on("connection_encryption_change", lambda: self.on_encryption(connection))
         connection.on("connection_encryption_failure",
                       lambda e: self.event("encryption-failed", error=str(e)))
@@ -331,6 +337,14 @@ class Wearable:
         self.event("disconnected", device=addr_str(connection.peer_address), reason=f"0x{int(reason):02x}")
         if self.want_adv:
             self.spawn(self.start_adv())
+
+    def on_pairing_failure(self, connection, reason):
+        self.event("pairing-failed", reason=f"0x{int(reason):02x}")
+        # A watch ends the link after a failed pairing (many wearables do). Bumble 0.0.236 also
+        # needs it: a second pairing on a link whose first one failed stalls before its key
+        # distribution (seen on the bed: encryption on, no keys, SMP timeout after 30 s).
+        if self.p["mitm"] and self.conn is connection:
+            self.spawn(self.hci_disconnect(0x13))
 
     async def hci_disconnect(self, reason):
         c = self.conn
@@ -471,6 +485,22 @@ class Wearable:
             if self.args.drain_every > 0 and self.drain_task is None:
                 self.drain_task = self.spawn(self.drain_loop())
             return {"drain_every": self.args.drain_every, "battery": self.battery}
+        if cmd == "request-pairing":
+            # the wearable starts pairing on its own (SMP Security Request from the peripheral):
+            # whatever the central's host answers, nobody asked it to pair
+            if self.conn is None:
+                raise ValueError("not connected")
+            self.event("requesting-pairing")
+            conn = self.conn
+
+            async def pair():
+                try:
+                    await conn.pair()
+                    self.event("requested-pairing-done", ok=True)
+                except Exception as e:   # noqa: BLE001 (the outcome is the event)
+                    self.event("requested-pairing-done", ok=False, error=type(e).__name__ + ": " + str(e))
+            self.spawn(pair())
+            return {"requested": True}
         if cmd == "rotate-rpa":
             if not self.p["privacy"]:
                 raise ValueError(f"profile {self.args.profile} has a static address")
@@ -618,6 +648,7 @@ def main():
     p.add_argument("--drain-every", type=float, default=None,
                    help="battery -5 %% every S s down to 5 %% (ring default 10; 0 = never)")
     p.add_argument("--reject-compare", action="store_true", help="watch-confirm: answer 'no'")
+    p.add_argument("--passkey", type=int, default=None, help="watch-passkey: show this passkey (0..999999), not a random one")
     p.add_argument("--take-deadline", type=float, default=15.0)
     args = p.parse_args()
     ring = args.profile == "ring"
