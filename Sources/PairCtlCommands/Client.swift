@@ -22,6 +22,7 @@ public enum PairctlExit: Int32, CaseIterable, Sendable {
     case timeout = 8
     case adapterUnavailable = 9
     case needsRepair = 10
+    case notSaved = 11
     case needsInput = 12
     case usage = 64
 
@@ -37,6 +38,7 @@ public enum PairctlExit: Int32, CaseIterable, Sendable {
         case .timeout: "pairing or connecting timed out, or paird did not answer in time"
         case .adapterUnavailable: "no usable Bluetooth adapter"
         case .needsRepair: "the wearable needs to be paired again"
+        case .notSaved: "done, but paird could not save it to its state file: it will not survive a restart"
         case .needsInput: "the wearable asks for a passkey or a confirmation and nobody can answer (give --passkey or --confirm, or run on a terminal)"
         case .usage: "bad arguments"
         }
@@ -71,6 +73,7 @@ public struct PairctlError: Error, CustomStringConvertible {
         case PairdAPI.Error.adapterUnavailable: self.init(.adapterUnavailable, e.message)
         case PairdAPI.Error.needsRepair: self.init(.needsRepair, e.message)
         case PairdAPI.Error.needsInput: self.init(.needsInput, e.message)
+        case PairdAPI.Error.notSaved: self.init(.notSaved, e.message)
         default: self.init(.failure, e.message.isEmpty ? e.name : e.message)
         }
     }

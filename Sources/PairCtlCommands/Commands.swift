@@ -377,6 +377,9 @@ struct Watch: ParsableCommand {
 enum StatusText {
     static func render(_ s: StatusDocument) -> String {
         var lines: [String] = []
+        if let why = s.daemon.stateFileError {
+            lines.append("state file: NOT WRITABLE (\(why)): changes since then are lost when paird restarts")
+        }
         if let a = s.adapter {
             let name = [a.name, a.address.map { "(\($0))" }].compactMap { $0 }.joined(separator: " ")
             lines.append("adapter: \(name.isEmpty ? "none" : name), \(a.present ? (a.powered ? "powered" : "powered off") : "not present")")

@@ -48,6 +48,8 @@ public final class Daemon {
     /// What the machine was last told about BlueZ's auto-connect (`Event.autoConnectArmed`).
     var autoConnectArmed: Set<DeviceAddress>?
     var lastStatus = ""
+    /// Why the last state-file write failed; nil once one succeeds.
+    var stateFileError: String?
     var ready = false
 
     public init(options: Options, log: Log) throws {
@@ -95,7 +97,8 @@ public final class Daemon {
             feed: { [unowned self] in feed($0) },
             machine: { [unowned self] in machine },
             adapter: { [unowned self] in bluez?.adapter },
-            status: { [unowned self] in status() }))
+            status: { [unowned self] in status() },
+            unsaved: { [unowned self] in stateFileError }))
         try bus.export(path: PairdAPI.objectPath, object: api.object)
         switch try bus.requestName(PairdAPI.busName) {
         case .primaryOwner, .alreadyOwner: break
@@ -257,8 +260,14 @@ public final class Daemon {
         case .cancel(let id):
             timers.removeValue(forKey: id)?.cancel()
         case .persist:
-            do { try stateFile.save(machine.persistedState()) } catch {
-                log.error("could not write the state file: \(error); the change is kept in memory and written at the next change")
+            do {
+                try stateFile.save(machine.persistedState())
+                if stateFileError != nil { log.info("state file \(stateFile.path) written again") }
+                stateFileError = nil
+            } catch {
+                // Not acknowledged as saved: ManagerAPI answers the request with NotSaved.
+                stateFileError = "\(error)"
+                log.error("could not write the state file: \(error); the change is kept in memory only (pairctl is told) and written at the next change")
             }
         case .report(let r):
             report(r)
@@ -283,6 +292,6 @@ public final class Daemon {
 
     func status() -> StatusDocument {
         StatusDocument(machine: machine, adapter: bluez?.adapter.map { .init(name: $0.name, address: $0.address, powered: $0.powered, present: true) },
-                       configuredAdapter: config.adapter, battery: battery, now: Daemon.now())
+                       configuredAdapter: config.adapter, battery: battery, now: Daemon.now(), stateFileError: stateFileError)
     }
 }

@@ -12,6 +12,8 @@ final class ManagerAPI {
         var machine: () -> PairingMachine
         var adapter: () -> AdapterInfo?
         var status: () -> StatusDocument
+        /// Why the state file could not be written, if the last write failed.
+        var unsaved: () -> String?
     }
 
     let object = DBusObject()
@@ -35,7 +37,8 @@ final class ManagerAPI {
             try answer(.confirm(args.first?.bool ?? false), call)
         }
         i.method("CancelPairing") { [unowned self] _, call in
-            try submit(.userCancelPairing)
+            try refuseIfNeeded(.userCancelPairing)
+            backend.feed(.userCancelPairing)
             call.reply()
         }
         i.method("Unpair", in: "s") { [unowned self] args, call in
@@ -113,9 +116,18 @@ final class ManagerAPI {
     }
 
     /// A user request the machine takes: fed to it; one it refuses: the caller gets the error.
+    /// A change of intent is acknowledged only once it is on disk: if the state file could not be
+    /// written, the caller hears so (NotSaved) instead of a promise that will not survive a restart.
     func submit(_ event: Event) throws {
         try refuseIfNeeded(event)
         backend.feed(event)
+        try ensureSaved()
+    }
+
+    func ensureSaved() throws {
+        guard let why = backend.unsaved() else { return }
+        throw DBusError(name: PairdAPI.Error.notSaved,
+                        message: "done for now, but not saved: the state file cannot be written (\(why)); it will not survive a restart of paird")
     }
 
     func pair(_ args: [DBusValue], _ call: MethodContext) throws {
@@ -191,7 +203,12 @@ final class ManagerAPI {
         guard let call = pendingPair else { return }
         pendingPair = nil
         switch outcome {
-        case .success(let a, let name): call.reply([.string(a.description), .string(name)])
+        case .success(let a, let name):
+            if let why = backend.unsaved() {
+                call.fail(DBusError(name: PairdAPI.Error.notSaved, message: "\(name.isEmpty ? a.description : name) is paired and connected, but not saved: the state file cannot be written (\(why)); paird will forget it at its next restart"))
+            } else {
+                call.reply([.string(a.description), .string(name)])
+            }
         case .alreadyPaired(let a): call.reply([.string(a.description), .string(backend.machine().device(a)?.identity.name ?? "")])
         case .noDeviceFound: call.fail(DBusError(name: PairdAPI.Error.noDeviceFound, message: "no matching wearable found before the timeout"))
         case .authenticationFailed(let why): call.fail(DBusError(name: PairdAPI.Error.authenticationFailed, message: "authentication failed (\(why))"))
@@ -209,7 +226,8 @@ final class ManagerAPI {
         guard let pair = pendingPair, pair.sender == call.sender else {
             throw DBusError(name: PairdAPI.Error.notAsked, message: "only the pairctl pair that started this pairing may answer")
         }
-        try submit(.userAnswer(answer))
+        try refuseIfNeeded(.userAnswer(answer))
+        backend.feed(.userAnswer(answer))
         call.reply()
     }
 

@@ -25,14 +25,34 @@ public struct StateFile: Sendable {
         case quarantined(StateFileError, movedTo: String)
     }
 
-    /// Reads the file; anything unusable (corrupt, truncated, oversized, future version) is moved
-    /// aside, never deleted, so a person can look at it.
+    /// A state path paird must not run with: a configuration error (exit 78, so systemd does not
+    /// restart it in a loop), never something to overwrite.
+    public struct Unusable: Error, CustomStringConvertible, Sendable {
+        public let description: String
+    }
+
+    /// Reads the file; anything damaged (corrupt, truncated, oversized) is moved aside, never
+    /// deleted, so a person can look at it. A file of a newer paird is left as it is and paird
+    /// refuses to start (`Unusable`): running on would write a version-1 document over it and a
+    /// downgrade would forget every wearable. So is a path that is a directory, or whose
+    /// directory does not exist.
     public func load(now: Date = Date()) throws -> LoadResult {
+        var st = stat()
+        if stat(path, &st) == 0, (st.st_mode & S_IFMT) != S_IFREG {
+            throw Unusable(description: "state file \(path) is not a regular file (a directory?): give --state-file a file path")
+        }
+        let dir = directory
+        if stat(dir, &st) != 0 || (st.st_mode & S_IFMT) != S_IFDIR {
+            throw Unusable(description: "the directory of state file \(path) (\(dir)) does not exist or is not a directory")
+        }
         removeStaleTemporaries()
         // Reading one byte past the limit is enough to know a file is too large.
         guard let bytes = try readFile(path, limit: PersistedState.maximumSize + 1) else { return .missing }
         do {
             return .loaded(try PersistedState.decode(Data(bytes)))
+        } catch StateFileError.futureVersion(let v) {
+            throw Unusable(description: "state file \(path) was written by a newer paird (version \(v); this one reads up to "
+                + "\(PersistedState.currentVersion)) and is left untouched: run the newer paird, or move the file aside to start empty")
         } catch {
             let stamp = Int(now.timeIntervalSince1970)
             let aside = "\(path).corrupt-\(stamp)"
@@ -52,10 +72,14 @@ public struct StateFile: Sendable {
         }
     }
 
+    var directory: String {
+        path.lastIndex(of: "/").map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
+    }
+
     /// Atomically replaces the file with `state`.
     public func save(_ state: PersistedState) throws {
         let data = state.encoded()
-        let dir = path.lastIndex(of: "/").map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
+        let dir = directory
         var template = Array("\(path).tmp-XXXXXX".utf8CString)
         let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
         if fd < 0 { throw SystemError("create a temporary file next to \(path)", errno) }

@@ -9,7 +9,8 @@ extension StatusDocument {
     /// The document `pairctl status` shows, from the machine and what the runtime adds (the
     /// adapter BlueZ reports, battery levels read), at `now`. Monotonic moments become wall-clock
     /// times through `now`, read once for the whole document.
-    init(machine: PairingMachine, adapter: Adapter?, configuredAdapter: String, battery: [DeviceAddress: UInt8], now: Moment) {
+    init(machine: PairingMachine, adapter: Adapter?, configuredAdapter: String, battery: [DeviceAddress: UInt8], now: Moment,
+         stateFileError: String? = nil) {
         func wall(_ m: Moment) -> Date {
             Date(timeIntervalSince1970: now.unixTime - Double(now.uptimeNanoseconds - m.uptimeNanoseconds) / 1e9)
         }
@@ -32,6 +33,7 @@ extension StatusDocument {
                 services: d.identity.serviceUUIDs, autoConnect: machine.autoConnectArmed.contains(d.address),
                 nextDeadline: d.state.countdown.map { wall($0.deadline) })
         }
-        self.init(daemon: .init(running: true, version: PairdAPI.version), adapter: adapter, pairing: pairing, devices: devices)
+        self.init(daemon: .init(running: true, version: PairdAPI.version, stateFileError: stateFileError), adapter: adapter,
+                  pairing: pairing, devices: devices)
     }
 }

@@ -30,6 +30,8 @@ public enum PairdAPI {
         public static let needsRepair = "org.paird1.Error.NeedsRepair"
         /// The wearable asked a question nobody can answer (no answer in advance, no terminal).
         public static let needsInput = "org.paird1.Error.NeedsInput"
+        /// The request was carried out but could not be written to the state file.
+        public static let notSaved = "org.paird1.Error.NotSaved"
         /// An answer from someone other than the caller of the running `Pair`, or with no question waiting.
         public static let notAsked = "org.paird1.Error.NotAsked"
         public static let failed = "org.paird1.Error.Failed"

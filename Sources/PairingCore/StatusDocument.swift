@@ -11,10 +11,14 @@ public struct StatusDocument: Codable, Sendable, Hashable {
         public var running: Bool
         public var version: String?
         public var error: String?
-        public init(running: Bool, version: String? = nil, error: String? = nil) {
+        /// Why the last write of the state file failed (nil while it is written): the intents
+        /// since then are not on disk and would not survive a restart.
+        public var stateFileError: String?
+        public init(running: Bool, version: String? = nil, error: String? = nil, stateFileError: String? = nil) {
             self.running = running
             self.version = version
             self.error = error
+            self.stateFileError = stateFileError
         }
     }
 

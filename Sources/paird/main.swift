@@ -70,6 +70,9 @@ struct PairdCommand: ParsableCommand {
         } catch let e as DaemonConfig.Error {
             log.error("\(e)")
             throw ExitCode(78)
+        } catch let e as StateFile.Unusable {
+            log.error("\(e)")
+            throw ExitCode(78)
         } catch {
             log.error("\(error)")
             throw ExitCode.failure

@@ -276,6 +276,50 @@ struct IntegrationTests {
         #expect(saved?.devices.isEmpty ?? true)
     }
 
+    @Test("a state file that cannot be written: the intent takes effect but is not acknowledged as saved (exit 11), status says so")
+    func unsavedIntent() throws {
+        let host = try MockedHost()
+        let stateDir = host.dir.appendingPathComponent("state").path
+        try FileManager.default.createDirectory(atPath: stateDir, withIntermediateDirectories: false)
+        host.statePath = stateDir + "/state.json"
+        try host.startPaird()
+        #expect(try pairWatch(host).status == 0)
+        try FileManager.default.removeItem(atPath: stateDir) // as root, only a missing directory stops a write
+
+        let r = host.pairctl("disconnect")
+        #expect(r.status == 11, "\(r.err)")
+        #expect(r.err.contains("not saved") && r.err.contains("restart"), "\(r.err)")
+        let doc = try host.status()
+        #expect(doc.devices.first?.wanted == "disconnected", "it took effect")
+        #expect(doc.daemon.stateFileError != nil)
+        #expect(host.pairctl("status").out.contains("state file: NOT WRITABLE"))
+
+        // Writable again: the next change is saved and acknowledged, and status clears.
+        try FileManager.default.createDirectory(atPath: stateDir, withIntermediateDirectories: false)
+        #expect(host.pairctl("connect").status == 0)
+        #expect(try host.status().daemon.stateFileError == nil)
+        let saved = try PersistedState.decode(Data(contentsOf: URL(fileURLWithPath: host.statePath)))
+        #expect(saved.devices.map(\.wanted) == [.connected])
+    }
+
+    @Test("a newer paird's state file: paird refuses to start (78) and leaves it as it is; a directory as state path: 78")
+    func unusableStateFile() throws {
+        let host = try MockedHost()
+        let newer = "{\"version\": 9, \"devices\": []}"
+        try newer.write(toFile: host.statePath, atomically: false, encoding: .utf8)
+        let conf = host.dir.appendingPathComponent("empty.conf").path
+        _ = FileManager.default.createFile(atPath: conf, contents: Data())
+        let r = host.run(MockedHost.pairdBin, ["--config", conf, "--state-file", host.statePath])
+        #expect(r.status == 78, "\(r.err)")
+        #expect(r.err.contains("newer paird"), "\(r.err)")
+        #expect(try String(contentsOfFile: host.statePath, encoding: .utf8) == newer)
+        let asDir = host.dir.appendingPathComponent("state-dir").path
+        try FileManager.default.createDirectory(atPath: asDir, withIntermediateDirectories: false)
+        let d = host.run(MockedHost.pairdBin, ["--config", conf, "--state-file", asDir])
+        #expect(d.status == 78, "\(d.err)")
+        #expect(d.err.contains("not a regular file"), "\(d.err)")
+    }
+
     @Test("a corrupt state file is moved aside and paird runs on")
     func corruptStateFile() throws {
         let host = try MockedHost()

@@ -24,7 +24,9 @@ final class MockedHost {
     static let pairctlBin = ProcessInfo.processInfo.environment["PAIRCTL_BIN"] ?? binDir.appendingPathComponent("pairctl").path
     static let watch = "00:AA:01:01:00:01"
 
-    var statePath: String { dir.appendingPathComponent("state.json").path }
+    /// Where paird's state file is (set before `startPaird` to move it, e.g. into a directory a
+    /// test removes to make writes fail).
+    lazy var statePath: String = dir.appendingPathComponent("state.json").path
     var pairdLog: String { dir.appendingPathComponent("paird.log").path }
 
     init() throws {

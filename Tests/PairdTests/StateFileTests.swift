@@ -36,8 +36,8 @@ struct StateFileTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: dir) == ["state.json"])
     }
 
-    @Test("a corrupt, truncated, oversized or future file is moved aside, never deleted", arguments: [
-        "{\"version\":1,\"devi", "", "{\"version\":7,\"devices\":[]}", String(repeating: " ", count: (1 << 20) + 10),
+    @Test("a corrupt, truncated or oversized file is moved aside, never deleted", arguments: [
+        "{\"version\":1,\"devi", "", String(repeating: " ", count: (1 << 20) + 10),
     ])
     func quarantine(content: String) throws {
         let dir = try tempDir()
@@ -52,6 +52,25 @@ struct StateFileTests {
         // The daemon runs on and writes a fresh file next to the quarantined one.
         try f.save(doc)
         guard case .loaded = try f.load() else { Issue.record("fresh file unreadable"); return }
+    }
+
+    @Test("a newer paird's file is left untouched and refused (Unusable: exit 78), never quarantined or overwritten")
+    func newerVersion() throws {
+        let dir = try tempDir()
+        let f = StateFile(path: dir + "/state.json")
+        let newer = "{\"version\":7,\"devices\":[]}"
+        try newer.write(toFile: f.path, atomically: false, encoding: .utf8)
+        #expect(throws: StateFile.Unusable.self) { try f.load() }
+        #expect(try String(contentsOfFile: f.path, encoding: .utf8) == newer)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: dir) == ["state.json"])
+    }
+
+    @Test("a state path that is a directory, or in a directory that does not exist, is unusable (exit 78)")
+    func unusablePaths() throws {
+        let dir = try tempDir()
+        try FileManager.default.createDirectory(atPath: dir + "/state.json", withIntermediateDirectories: false)
+        #expect(throws: StateFile.Unusable.self) { try StateFile(path: dir + "/state.json").load() }
+        #expect(throws: StateFile.Unusable.self) { try StateFile(path: dir + "/nope/state.json").load() }
     }
 
     @Test("an unwritable directory is an error, not a crash, and leaves the old file intact")
