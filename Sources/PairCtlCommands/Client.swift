@@ -151,12 +151,15 @@ func hex(_ bytes: [UInt8]) -> String {
     return out
 }
 
-/// `date` as `yyyy-MM-dd HH:mm:ss` in the local time zone (TZ, /etc/localtime), as `date` prints it.
-func localTimestamp(_ date: Date) -> String {
+/// The one form of time in pairctl's text output: RFC 3339 in the local time zone (TZ,
+/// /etc/localtime) with its offset, e.g. `2026-11-25T06:41:26+01:00`. JSON has RFC 3339 in UTC (`Z`).
+func timestamp(_ date: Date) -> String {
     var t = time_t(date.timeIntervalSince1970.rounded(.down))
     var tm = Glibc.tm()
     guard localtime_r(&t, &tm) != nil else { return date.formatted(.iso8601) }
-    var buf = [CChar](repeating: 0, count: 32)
-    let n = strftime(&buf, buf.count, "%Y-%m-%d %H:%M:%S", &tm)
-    return String(decoding: buf.prefix(n).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    var buf = [CChar](repeating: 0, count: 40)
+    let n = strftime(&buf, buf.count, "%Y-%m-%dT%H:%M:%S%z", &tm)
+    var s = String(decoding: buf.prefix(n).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    if s.count >= 5 { s.insert(":", at: s.index(s.endIndex, offsetBy: -2)) } // +0100 → +01:00
+    return s
 }

@@ -24,7 +24,8 @@ public struct Pairctl: ParsableCommand {
         \(PairctlExit.allCases.map { "  \(padded(String($0.rawValue), 3)) \($0.meaning)" }.joined(separator: "\n"))
         """,
         version: PairdAPI.version,
-        subcommands: [Pair.self, Unpair.self, Connect.self, Disconnect.self, List.self, Status.self, Watch.self])
+        subcommands: [Pair.self, Unpair.self, Connect.self, Disconnect.self, List.self, Status.self, Watch.self],
+        defaultSubcommand: Status.self)
 
     public init() {}
 
@@ -101,8 +102,12 @@ struct Pair: ParsableCommand {
     @Option(help: ArgumentHelp("Match a device whose name contains this text.", valueName: "text"))
     var name: String?
 
-    @Option(help: ArgumentHelp("Seconds to scan before giving up (1–600, default: the daemon's ScanTimeout, 10).", valueName: "seconds"))
+    // .unconditional: "--timeout -1" is a bad value, not a missing one
+    @Option(parsing: .unconditional, help: ArgumentHelp("Seconds to scan before giving up (1–600, default: the daemon's ScanTimeout, 10).", valueName: "seconds"))
     var timeout: UInt32?
+
+    @Flag(help: "With no address, --service or --name: pair the first wearable that answers (asked on a terminal; required without one).")
+    var any = false
 
     @Option(help: ArgumentHelp("The 6-digit passkey the wearable shows, if it asks for one (answered without a prompt).", valueName: "NNNNNN"))
     var passkey: String?
@@ -118,7 +123,10 @@ struct Pair: ParsableCommand {
         for s in services where ServiceUUID.normalize(s) == nil { throw ValidationError("--service \"\(s)\" is not a UUID (e.g. 180d or 0000180d-0000-1000-8000-00805f9b34fb)") }
         if let t = timeout, !(1...600).contains(t) { throw ValidationError("--timeout must be 1…600 seconds") }
         if let p = passkey, Self.parsePasskey(p) == nil { throw ValidationError("--passkey must be 6 digits (000000–999999)") }
+        if let n = name, trimmed(n).isEmpty { throw ValidationError("--name needs some text to match (it would match every device)") }
     }
+
+    var hasFilter: Bool { address != nil || !services.isEmpty || name != nil }
 
     static func parsePasskey(_ text: String) -> UInt32? {
         let t = trimmed(text)
@@ -130,6 +138,18 @@ struct Pair: ParsableCommand {
         let client = try PairdClient()
         // Prompts need someone to answer: a terminal on stdin (and --json is for programs).
         let interactive = !json && isatty(0) == 1
+        if !hasFilter && !any {
+            guard interactive else {
+                throw PairctlError(.usage, "no address, --service or --name: give one, or --any to pair the first wearable that answers")
+            }
+            writeAll(1, "No address, --service or --name given: pair the first wearable that answers? [y/N] ")
+            var line = [UInt8]()
+            var c: UInt8 = 0
+            while read(0, &c, 1) == 1, c != UInt8(ascii: "\n") { line.append(c) }
+            guard ["y", "yes"].contains(trimmed(String(decoding: line, as: UTF8.self)).lowercased()) else {
+                throw PairctlError(.usage, "not paired: give an address, --service or --name")
+            }
+        }
         var options: [String: DBusValue] = [:]
         if let a = address { options["Address"] = .string(a.uppercased()) }
         if !services.isEmpty { options["Services"] = .stringArray(services.compactMap(ServiceUUID.normalize)) }
@@ -302,12 +322,49 @@ struct Disconnect: ParsableCommand {
 }
 
 struct List: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "List paired wearables, one per line: address, state, name.")
+    static let configuration = CommandConfiguration(
+        abstract: "List paired wearables, one per line: address, state, name.",
+        discussion: "--json: one object, {\"schemaVersion\": 1, \"devices\": [...]} with the devices as in status --json.")
+
+    @Flag(help: "Print one JSON object instead of lines.")
+    var json = false
+
     func run() throws {
         let client = try PairdClient()
-        for d in try client.status().devices {
-            say("\(d.address)  \(padded(d.state, 18))  \(d.name)")
+        let devices = try client.status().devices
+        if json {
+            say(ListDocument(devices: devices).json())
+            return
         }
+        for d in devices {
+            say("\(d.address)  \(padded(StatusText.human(d.state), 20))  \(d.name)")
+        }
+    }
+}
+
+struct ListDocument: Encodable {
+    var schemaVersion = StatusDocument.schemaVersion
+    var devices: [StatusDocument.Device]
+    func json() -> String {
+        let e = JSONEncoder()
+        e.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        e.dateEncodingStrategy = .iso8601
+        return (try? e.encode(self)).map { String(decoding: $0, as: UTF8.self) } ?? "{}"
+    }
+
+    /// A follow mode's line for something that is not a status document (paird gone / back).
+    static func event(_ name: String) -> String {
+        "{\"event\":\"\(name)\",\"schemaVersion\":\(StatusDocument.schemaVersion),\"time\":\"\(Date().formatted(.iso8601))\"}"
+    }
+}
+
+/// Follow modes (status --watch, watch) say when paird leaves the bus and comes back.
+func onPairdPresence(_ client: PairdClient, _ handler: @escaping (_ up: Bool) -> Void) {
+    client.bus.onSignal(interface: "org.freedesktop.DBus", member: "NameOwnerChanged", path: "/org/freedesktop/DBus",
+                        sender: "org.freedesktop.DBus") { message in
+        guard let args = try? message.arguments(), args.count == 3, args[0].string == PairdAPI.busName,
+              let new = args[2].string else { return }
+        handler(!new.isEmpty)
     }
 }
 
@@ -335,16 +392,35 @@ struct Status: ParsableCommand {
                 throw e
             }
         }
-        try show()
-        guard watch else { return }
-        var failure: Error?
-        for member in ["StateChanged", "Battery", "PairingProgress"] {
-            client.on(member) { _ in
-                do { try show() } catch { failure = error }
+        guard watch else { return try show() }
+        // Subscribed before the first fetch: a change between the two is never missed.
+        var up = true
+        var known: [String: String] = [:]
+        func changed() {
+            guard up, let s = try? client.status() else { return }
+            if json { return say(s.json(pretty: false)) }
+            for d in s.devices where known[d.address] != d.state {
+                known[d.address] = d.state
+                say("\(timestamp(Date())) \(d.name.isEmpty ? d.address : "\(d.name) \(d.address)"): \(StatusText.describe(d))")
+            }
+            for gone in Set(known.keys).subtracting(s.devices.map(\.address)) {
+                known[gone] = nil
+                say("\(timestamp(Date())) \(gone): unpaired")
             }
         }
-        try client.runUntil { failure != nil }
-        if let failure { throw failure }
+        for member in ["StateChanged", "Battery", "PairingProgress"] { client.on(member) { _ in changed() } }
+        onPairdPresence(client) { isUp in
+            up = isUp
+            if json {
+                say(ListDocument.event(isUp ? "paird-back" : "paird-gone"))
+            } else {
+                say("\(timestamp(Date())) paird \(isUp ? "is back" : "stopped (waiting for it to come back)")")
+            }
+            if isUp { known = [:]; changed() }
+        }
+        try show()
+        if !json, let s = try? client.status() { for d in s.devices { known[d.address] = d.state } }
+        try client.runUntil { false }
     }
 }
 
@@ -356,7 +432,8 @@ struct Watch: ParsableCommand {
     func run() throws {
         let client = try PairdClient()
         _ = try client.status() // fail fast, with the right exit code, when paird is not running
-        func stamp() -> String { Date().formatted(.iso8601) }
+        func stamp() -> String { timestamp(Date()) }
+        onPairdPresence(client) { up in say("\(stamp()) paird \(up ? "is back" : "stopped (waiting for it to come back)")") }
         client.on("Notification") { args in
             guard args.count == 3, let a = args[0].string, let c = args[1].string, let v = args[2].bytes else { return }
             say("\(stamp()) \(a) notify \(c) \(hex(v))")
@@ -375,6 +452,32 @@ struct Watch: ParsableCommand {
 
 /// The human rendering of `pairctl status`.
 enum StatusText {
+    /// The words text output uses for a state (JSON and `watch` lines keep the machine's names).
+    static func human(_ state: String) -> String {
+        switch state {
+        case "restoring": "starting up"
+        case "connecting": "connecting"
+        case "discovering": "setting up the link"
+        case "connected": "connected"
+        case "waitingForDevice": "out of range"
+        case "disconnected": "disconnected (as you asked)"
+        case "needsRepair": "needs pairing again"
+        case "adapterUnavailable": "Bluetooth unavailable"
+        default: state
+        }
+    }
+
+    /// The state in words, with the next step where there is one.
+    static func describe(_ d: StatusDocument.Device) -> String {
+        switch d.state {
+        case "needsRepair": "needs pairing again: run `pairctl pair \(d.address)`"
+        case "disconnected": "disconnected (as you asked): `pairctl connect \(d.address)` to bring it back"
+        case "waitingForDevice": "out of range: paird reconnects it when it comes back"
+        case "adapterUnavailable": "Bluetooth unavailable: paird reconnects it when the adapter is back"
+        default: human(d.state)
+        }
+    }
+
     static func render(_ s: StatusDocument) -> String {
         var lines: [String] = []
         if let why = s.daemon.stateFileError {
@@ -382,20 +485,20 @@ enum StatusText {
         }
         if let a = s.adapter {
             let name = [a.name, a.address.map { "(\($0))" }].compactMap { $0 }.joined(separator: " ")
-            lines.append("adapter: \(name.isEmpty ? "none" : name), \(a.present ? (a.powered ? "powered" : "powered off") : "not present")")
+            lines.append("adapter: \(name.isEmpty ? "none" : name), \(a.present ? (a.powered ? "powered" : "powered off (bluetoothctl power on)") : "not present (is bluetoothd running? systemctl status bluetooth)")")
         }
         if let p = s.pairing {
-            lines.append("pairing: \(p.phase)\(p.device.map { " \($0)" } ?? ""), until \(localTimestamp(p.deadline))")
+            lines.append("pairing: \(p.phase)\(p.device.map { " \($0)" } ?? ""), until \(timestamp(p.deadline))")
         }
         if s.devices.isEmpty { lines.append("no wearables paired (pairctl pair --service 180d)") }
         for d in s.devices {
-            var line = "\(d.name.isEmpty ? "(no name)" : d.name) \(d.address): \(d.state) since \(localTimestamp(d.since))"
+            var line = "\(d.name.isEmpty ? "(no name)" : d.name) \(d.address): \(describe(d)), since \(timestamp(d.since))"
             if let b = d.battery { line += ", battery \(b)%" }
-            if d.wanted == "disconnected" { line += ", kept disconnected" }
-            if let l = d.lastDisconnect { line += ", last disconnect \(l.reason) at \(localTimestamp(l.at))" }
+            if d.wanted == "disconnected" && d.state != "disconnected" { line += ", kept disconnected" }
+            if let l = d.lastDisconnect { line += ", last disconnect \(l.reason) at \(timestamp(l.at))" }
             if d.reconnectAttempts > 0 { line += ", \(d.reconnectAttempts) connect attempt(s)" }
             if d.state == "waitingForDevice" {
-                line += d.nextDeadline.map { ", paird's own Connect() timer at \(localTimestamp($0))" }
+                line += d.nextDeadline.map { ", next connect attempt at \(timestamp($0))" }
                     ?? (d.autoConnect ? ", waiting on BlueZ's auto-connect (no timer)" : "")
             }
             lines.append(line)

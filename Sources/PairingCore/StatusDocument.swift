@@ -137,8 +137,25 @@ public struct StatusDocument: Codable, Sendable, Hashable {
         self.devices = devices
     }
 
+    /// The version of this document's shape (`schemaVersion` in every JSON pairctl prints):
+    /// raised when a key changes meaning or goes; new keys may appear without it.
+    public static let schemaVersion = 1
+
+    enum CodingKeys: String, CodingKey {
+        case schemaVersion, daemon, adapter, pairing, devices
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        daemon = try c.decode(Daemon.self, forKey: .daemon)
+        adapter = try c.decodeIfPresent(Adapter.self, forKey: .adapter)
+        pairing = try c.decodeIfPresent(Pairing.self, forKey: .pairing)
+        devices = try c.decode([Device].self, forKey: .devices)
+    }
+
     public func encode(to encoder: any Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(Self.schemaVersion, forKey: .schemaVersion)
         try c.encode(daemon, forKey: .daemon)
         try c.encode(adapter, forKey: .adapter)
         try c.encode(pairing, forKey: .pairing)

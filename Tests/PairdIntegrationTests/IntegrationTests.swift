@@ -218,7 +218,7 @@ struct IntegrationTests {
         } else {
             #expect(fallbackArmed)
             #expect(!d.autoConnect && d.nextDeadline != nil, "status: \(d)")
-            #expect(text.contains("paird's own Connect() timer at"), "\(text)")
+            #expect(text.contains("next connect attempt at"), "\(text)")
             try waitFor("the fallback Connect()", deadline: 15) { host.calls("Connect") == connects + 1 }
         }
     }
@@ -320,6 +320,28 @@ struct IntegrationTests {
         #expect(d.err.contains("not a regular file"), "\(d.err)")
     }
 
+    @Test("status --watch: the status, then one timestamped line per change in words; paird going away and coming back is said")
+    func statusWatch() throws {
+        let host = try MockedHost()
+        try host.startPaird()
+        #expect(try pairWatch(host).status == 0)
+        let file = host.dir.appendingPathComponent("watch.out").path
+        let watching = host.start("/bin/sh", ["-c", "exec \(MockedHost.pairctlBin) status --watch > \(file) 2>&1"])
+        defer { kill(watching.process.processIdentifier, SIGTERM); _ = watching.finish() }
+        func text() -> String { (try? String(contentsOfFile: file, encoding: .utf8)) ?? "" }
+        try waitFor("the first status block", deadline: 10) { text().contains("Watch \(watch): connected") }
+
+        try host.setDevice(watch, "'Connected': False, 'ServicesResolved': False") // link loss
+        let stamp = #/\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d Watch 00:AA:01:01:00:01: out of range/#
+        try waitFor("a timestamped line in words", deadline: 10) { text().contains(stamp) }
+
+        try host.stopPaird()
+        try waitFor("paird stopped said", deadline: 10) { text().contains("paird stopped") }
+        try host.startPaird()
+        try waitFor("paird is back said", deadline: 15) { text().contains("paird is back") }
+        #expect(!text().contains("waitingForDevice"), "words, not the machine's names: \(text())")
+    }
+
     @Test("a corrupt state file is moved aside and paird runs on")
     func corruptStateFile() throws {
         let host = try MockedHost()
@@ -390,7 +412,7 @@ struct IntegrationTests {
         try host.startPaird(["--adapter", "hci7"])
         let doc = try host.status()
         #expect(doc.adapter?.present == false)
-        #expect(host.pairctl("pair", "--timeout", "1").status == 9)
+        #expect(host.pairctl("pair", "--any", "--timeout", "1").status == 9)
     }
 
     @Test("a bad configuration stops paird with file, line and reason, exit 78")
