@@ -159,6 +159,13 @@ public struct MachineConfig: Sendable, Hashable {
     /// D-Bus timeout for Connect(): above BlueZ's ~40 s so BlueZ, not libdbus, ends a failed attempt.
     public var connectTimeout: Duration = .seconds(45)
     public var discoveryTimeout: Duration = .seconds(30)
+    /// A link that is up but whose services have not resolved (found so at reconciliation, e.g.
+    /// after bluetoothd returned under a live link: 5.66 attaches ATT only to links it makes or
+    /// accepts, so such a link never resolves) gets this long to reach `ServicesResolved`; then
+    /// paird drops it and connects again instead of waiting out `discoveryTimeout`. Once the
+    /// services resolve, the rest of the set-up gets `discoveryTimeout`. Measured on the bed: a
+    /// good link resolves well within it (README, "When bluetoothd crashes").
+    public var resolveTimeout: Duration = .seconds(6)
     public var backoff = Backoff()
     /// Quick transient failures in a row before the device counts as away and is waited for passively.
     public var fastAttempts: Int = 5

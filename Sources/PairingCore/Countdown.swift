@@ -16,6 +16,7 @@ public enum CountdownPurpose: String, Sendable, Hashable, CaseIterable {
     case connectReply      // a Connect() in flight must answer by then
     case retryBackoff      // wait before retrying a transient connect failure
     case discovery         // link up, services must resolve and notifications be set up by then
+    case resolve           // link up but unresolved (e.g. adopted after bluetoothd returned): ServicesResolved by then, or drop and connect again
     case fallbackConnect   // waiting for the wearable: when to try one Connect() besides the kernel's auto-connect
     case scan              // pairing: how long to look for a matching wearable
     case scanRestart       // pairing: when to stop a scan that found nothing, or start it again

@@ -39,7 +39,10 @@ extension PairingMachine {
         } else if view.connected {
             slots[i].ownDrop = nil
             let link = Link(upAt: now, resolved: view.servicesResolved, adoptedUnresolved: !view.servicesResolved)
-            move(i, to: .discovering(link, countdown: discoveryCountdown(a, now)), now, &actions)
+            // Unresolved, it gets the short resolve countdown: after a bluetoothd crash such a
+            // link may have no ATT channel and would otherwise wait out the discovery timeout.
+            let c = view.servicesResolved ? discoveryCountdown(a, now) : resolveCountdown(a, now)
+            move(i, to: .discovering(link, countdown: c), now, &actions)
             if view.servicesResolved { actions.append(.setUpLink(a)) }
         } else {
             restoreConnect(i, now, &actions)

@@ -126,7 +126,7 @@ extension PairingMachine {
                 actions.append(.disconnect(a))
                 let delay = config.backoff.delay(attempt: 1, unit: rng.nextUnit())
                 move(i, to: .connecting(.backingOff, attempt: 1, countdown: countdown(.device(a), .retryBackoff, now + delay)),
-                     now, &actions, reason: "discovery-timeout")
+                     now, &actions, reason: id.purpose == .resolve ? "resolve-timeout" : "discovery-timeout")
             case .waitingForDevice(.fallbackDue):
                 fallbackConnect(i, now, &actions)
             case .restoring, .connected, .waitingForDevice(.onAutoConnect), .disconnected, .needsRepair, .adapterUnavailable:

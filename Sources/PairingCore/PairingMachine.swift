@@ -37,6 +37,7 @@ public struct PairingMachine: Sendable {
     /// The config's durations in nanoseconds, converted once (see `Moment`).
     let connectReplyNanos: Int64
     let discoveryNanos: Int64
+    let resolveNanos: Int64
     let fallbackNanos: Int64
     let headStartNanos: Int64
 
@@ -49,6 +50,7 @@ public struct PairingMachine: Sendable {
         self.rng = SplitMix64(seed: config.jitterSeed)
         self.connectReplyNanos = (config.connectTimeout + config.replySlack).nanoseconds
         self.discoveryNanos = config.discoveryTimeout.nanoseconds
+        self.resolveNanos = config.resolveTimeout.nanoseconds
         self.fallbackNanos = config.fallbackInterval.nanoseconds
         self.headStartNanos = config.autoConnectHeadStart.nanoseconds
         for p in state?.devices ?? [] where slot[p.address] == nil {
