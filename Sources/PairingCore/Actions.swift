@@ -24,6 +24,17 @@ public enum Action: Sendable, Hashable {
     /// differ), so the kernel's LE auto-connect is armed for every wearable we pursue.
     case updateAutoConnect([String])
 
+    // bluetoothd and systemd.
+    /// Ask systemd (`org.freedesktop.systemd1`) for `bluetooth.service`'s ActiveState, Result,
+    /// ExecMainCode and ExecMainStatus; answer with `Event.bluetoothdUnit` (nil: no systemd).
+    case queryBluetoothdUnit
+    /// `org.freedesktop.DBus.StartServiceByName("org.bluez", 0)`: bus activation starts
+    /// bluetooth.service. Its return shows as bluetoothd on the bus; a failure answers with
+    /// `Event.bluetoothdStartFailed`.
+    case startBluetoothd
+    /// A journal entry about bluetoothd (one per crash, with its own MESSAGE_ID).
+    case bluetoothdReport(BluetoothdReport)
+
     // Time.
     case arm(Countdown)
     case cancel(Countdown.ID)
@@ -196,6 +207,13 @@ public struct MachineConfig: Sendable, Hashable {
     /// The adapter devices are paired through, recorded in their identity.
     public var adapter: String = "hci0"
     public var jitterSeed: UInt64 = 0x5EED
+    /// After a bluetoothd crash: the first start at once, then these delays (2, 4, 8, 16 s) before
+    /// each further one while it keeps crashing within `bluetoothdCrashWindow` of paird's last start.
+    public var bluetoothdRestart = Backoff(initial: .seconds(2), maximum: .seconds(60), jitter: 0)
+    /// Starts within the window before paird stops starting it (and says so).
+    public var bluetoothdRestartCap: Int = 5
+    /// A crash longer than this after paird's last start begins the count anew.
+    public var bluetoothdCrashWindow: Duration = .seconds(120)
 
     public init() {}
 

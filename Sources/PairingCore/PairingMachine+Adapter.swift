@@ -17,6 +17,11 @@ extension PairingMachine {
             switch d.state {
             case .restoring, .adapterUnavailable:
                 reconcile(i, view: views[a] ?? .absent, now, &actions)
+            case .needsRepair(.bluetoothdCrashes):
+                // Disarmed while bluetoothd was gone: the new one has it Trusted again and would
+                // let the auto-connect bring up the link that kills it.
+                actions.append(.setTrusted(a, false))
+                actions.append(.disconnect(a))
             case .connecting, .discovering, .connected, .waitingForDevice, .disconnected, .needsRepair:
                 break // already in step with BlueZ
             }

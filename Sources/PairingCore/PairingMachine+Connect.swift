@@ -92,6 +92,8 @@ extension PairingMachine {
 
     mutating func countdownFired(_ id: Countdown.ID, _ now: Moment, _ actions: inout [Action]) {
         switch id.owner {
+        case .bluetoothd:
+            bluetoothdCountdownFired(id, now, &actions)
         case .pairing:
             guard let p = pairing else { return }
             if case .scanning(let restart) = p.phase, restart.countdown.id == id {
