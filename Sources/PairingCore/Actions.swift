@@ -212,8 +212,10 @@ public struct MachineConfig: Sendable, Hashable {
     public var bluetoothdRestart = Backoff(initial: .seconds(2), maximum: .seconds(60), jitter: 0)
     /// Starts within the window before paird stops starting it (and says so).
     public var bluetoothdRestartCap: Int = 5
-    /// A crash longer than this after paird's last start begins the count anew.
-    public var bluetoothdCrashWindow: Duration = .seconds(120)
+    /// A crash longer than this after paird's last start begins the count anew: only a
+    /// bluetoothd that dies soon after each start is backed off and capped (one that crashes on
+    /// a wearable's link is the crash-loop rule's). On the bed a start is ready in ~1 s.
+    public var bluetoothdCrashWindow: Duration = .seconds(10)
 
     public init() {}
 

@@ -125,6 +125,9 @@ public struct BluetoothdWatch: Sendable, Hashable {
     var settingUpAtLoss: [DeviceAddress] = []
     /// Devices linked (set up or being set up) when it left: awaited back after a crash.
     var linkedAtLoss: [DeviceAddress] = []
+    /// It crashed since the adapter was last ready: a link found up and unresolved at the next
+    /// reconciliation predates the new bluetoothd and is dropped at once (`reconcile`).
+    var crashedSinceReady = false
     /// The last crash, for the journal and `pairctl status`.
     public internal(set) var lastCrash: BluetoothdCrash?
 

@@ -26,6 +26,7 @@ extension PairingMachine {
                 break // already in step with BlueZ
             }
         }
+        bluetoothd.crashedSinceReady = false
         // Sent even if unchanged: a bluetoothd that came back holds no registration of ours.
         actions.append(.updateAutoConnect(autoConnectUUIDs))
     }
@@ -44,6 +45,11 @@ extension PairingMachine {
         } else if view.connected {
             slots[i].ownDrop = nil
             let link = Link(upAt: now, resolved: view.servicesResolved, adoptedUnresolved: !view.servicesResolved)
+            if !view.servicesResolved, bluetoothd.crashedSinceReady {
+                // The kernel kept the link through a bluetoothd crash: the new bluetoothd made no
+                // ATT channel on it and never resolves it (bed: 6 of 6). Drop it now.
+                return dropUnusableLink(i, link, now, &actions, reason: "unresolvable-after-crash")
+            }
             // Unresolved, it gets the short resolve countdown: after a bluetoothd crash such a
             // link may have no ATT channel and would otherwise wait out the discovery timeout.
             let c = view.servicesResolved ? discoveryCountdown(a, now) : resolveCountdown(a, now)

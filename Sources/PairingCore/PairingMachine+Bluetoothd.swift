@@ -116,6 +116,7 @@ extension PairingMachine {
         }
         if remembered { actions.append(.persist) }
         bluetoothd.settingUpAtLoss = []
+        bluetoothd.crashedSinceReady = true
         bluetoothd.lastCrash = crash
         actions.append(.bluetoothdReport(.crashed(crash)))
     }

@@ -55,10 +55,20 @@ struct BluetoothdCrashTests {
         h.send(.bluetoothdBack)
         #expect(h.machine.bluetoothd.phase == .present)
         #expect(h.machine.bluetoothd.lastCrash?.backAt == .at(11.03))
-        // The new bluetoothd reports the kernel's link up but unresolved: the resolve countdown.
-        h.send(.adapterReady([watch: BlueZDeviceView(connected: true)]))
-        #expect(h.state(watch)?.countdown?.id.purpose == .resolve)
-        h.fireNext()
+        // The new bluetoothd reports the kernel's link up but unresolved: it predates the new
+        // bluetoothd, which never resolves it: dropped at once, connected again after the backoff.
+        let ready = h.send(.adapterReady([watch: BlueZDeviceView(connected: true)]))
+        guard case .connecting(.backingOff, attempt: 1, let retry) = h.state(watch) else {
+            Issue.record("expected connecting (backing off), got \(String(describing: h.state(watch)))")
+            return
+        }
+        #expect(ready == [
+            .disconnect(watch),
+            .arm(retry),
+            .report(Report(kind: .stateChanged, device: watch, name: "Watch", from: "adapterUnavailable", to: "connecting",
+                           reason: "unresolvable-after-crash")),
+            .updateAutoConnect([ServiceUUID.heartRate]),
+        ])
         h.send(.linkDown(watch, linkLoss))
         h.fireNext()
         h.connectSucceeded(watch)
@@ -67,6 +77,24 @@ struct BluetoothdCrashTests {
         #expect(h.state(watch)?.isConnected == true)
         #expect(h.machine.bluetoothd.lastCrash?.backTimes[watch] == h.now)
         #expect(!h.log.persists, "a connected wearable's crash is nothing to remember")
+    }
+
+    @Test("after a stop (no crash) an adopted unresolved link gets the resolve countdown, as after a paird restart")
+    func noCrashNoDropAtOnce() {
+        var h = Harness.connected()
+        _ = bluetoothdDies(&h)
+        h.send(.bluetoothdUnit(Self.stopped))
+        h.send(.bluetoothdBack)
+        h.send(.adapterReady([watch: BlueZDeviceView(connected: true)]))
+        #expect(h.state(watch)?.countdown?.id.purpose == .resolve)
+        // and the crash mark is spent at the first reconciliation after a crash
+        _ = bluetoothdDies(&h)
+        h.send(.bluetoothdUnit(Self.segv))
+        h.send(.bluetoothdBack)
+        h.send(.adapterReady([watch: BlueZDeviceView()]))
+        h.send(.adapterLost)
+        h.send(.adapterReady([watch: BlueZDeviceView(connected: true)]))
+        #expect(h.state(watch)?.countdown?.id.purpose == .resolve)
     }
 
     @Test("an administrator's stop is respected: no start; started again by them → back")
