@@ -39,6 +39,8 @@ extension BlueZClient {
     func bluetoothdLeft() {
         guard owner != nil || synced else { return }
         note("bluetoothd left the bus")
+        bluetoothdWasOnBus = true
+        onPresence?(false)
         owner = nil
         generation += 1
         synced = false
@@ -62,6 +64,7 @@ extension BlueZClient {
     func bluetoothdAppeared(_ name: String) {
         if owner == name && synced { return }
         if owner != nil && owner != name { bluetoothdLeft() }
+        if owner == nil, bluetoothdWasOnBus { onPresence?(true) }
         owner = name
         bluetoothdKnownAbsent = false
         generation += 1

@@ -51,6 +51,9 @@ public final class BlueZClient {
     public let connection: DBusConnection
     public let selector: String
     public var onEvent: ((BlueZEvent) -> Void)?
+    /// bluetoothd (`org.bluez`) left the bus (false: called before the `adapterGone` that follows)
+    /// or is on it again after leaving (true).
+    public var onPresence: ((Bool) -> Void)?
     /// Diagnostics (one line each); nil = silent.
     public var log: ((String) -> Void)?
     /// Things a user should hear about (a configured characteristic missing, a subscription that
@@ -96,6 +99,8 @@ public final class BlueZClient {
     var announcedAbsence = false
     /// GetNameOwner(org.bluez) said nobody owns it.
     var bluetoothdKnownAbsent = false
+    /// bluetoothd has left the bus at least once (`onPresence(true)` is for its returns).
+    var bluetoothdWasOnBus = false
 
     enum Registration { case none, pending, settled }
     var agentState = Registration.none

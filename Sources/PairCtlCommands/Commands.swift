@@ -487,6 +487,9 @@ enum StatusText {
             let name = [a.name, a.address.map { "(\($0))" }].compactMap { $0 }.joined(separator: " ")
             lines.append("adapter: \(name.isEmpty ? "none" : name), \(a.present ? (a.powered ? "powered" : "powered off (bluetoothctl power on)") : "not present (is bluetoothd running? systemctl status bluetooth)")")
         }
+        if let b = s.bluetoothd, b.state != "running" || b.lastCrash != nil {
+            lines.append(BluetoothdText.render(b))
+        }
         if let p = s.pairing {
             lines.append("pairing: \(p.phase)\(p.device.map { " \($0)" } ?? ""), until \(timestamp(p.deadline))")
         }
@@ -505,4 +508,26 @@ enum StatusText {
         }
         return lines.joined(separator: "\n")
     }
+}
+
+/// `pairctl status`'s bluetoothd line: "bluetoothd: running; crashed at 12:03:04 (SIGSEGV); started
+/// again; back after 1.2 s; 2 of 2 wearables back after 3.1 s".
+enum BluetoothdText {
+    static func render(_ b: StatusDocument.Bluetoothd) -> String {
+        var line = "bluetoothd: \(b.state)"
+        if let n = b.nextStartAt { line += ", next start at \(localTimestamp(n))" }
+        if b.state == "stopped" { line += " (by an administrator: paird does not start it)" }
+        if let c = b.lastCrash {
+            line += "; crashed at \(localTimestamp(c.at)) (\(c.cause)); \(c.action)"
+            if let s = c.backAfter { line += "; back after \(seconds(s))" }
+            if c.wearables > 0 {
+                line += "; \(c.wearablesBack) of \(c.wearables) wearable(s) back"
+                if let s = c.allBackAfter { line += " after \(seconds(s))" }
+            }
+            if !c.disarmed.isEmpty { line += "; disarmed \(c.disarmed.joined(separator: ", ")) (crashed bluetoothd twice: pair it again)" }
+        }
+        return line
+    }
+
+    static func seconds(_ s: Double) -> String { "\((s * 10).rounded() / 10) s" }
 }

@@ -65,6 +65,7 @@ public struct DaemonConfig: Sendable, Equatable {
             case ("Pairing", "PairTimeout"): c.machine.pairTimeout = try seconds(5...300)
             case ("Connection", "ConnectTimeout"): c.machine.connectTimeout = try seconds(5...300)
             case ("Connection", "DiscoveryTimeout"): c.machine.discoveryTimeout = try seconds(5...300)
+            case ("Connection", "ResolveTimeout"): c.machine.resolveTimeout = try seconds(1...300)
             case ("Connection", "BackoffInitial"): c.machine.backoff.initial = try seconds(0.1...60); backoffInitialLine = lineNo
             case ("Connection", "BackoffMax"): c.machine.backoff.maximum = try seconds(1...3600); backoffMaxLine = lineNo
             case ("Connection", "FallbackInterval"): c.machine.fallbackInterval = try seconds(5...86400)
@@ -106,7 +107,7 @@ public struct DaemonConfig: Sendable, Equatable {
     static let keys: [String: Set<String>] = [
         "General": ["Adapter"],
         "Pairing": ["ScanTimeout", "PairTimeout"],
-        "Connection": ["ConnectTimeout", "DiscoveryTimeout", "BackoffInitial", "BackoffMax", "FallbackInterval",
+        "Connection": ["ConnectTimeout", "DiscoveryTimeout", "ResolveTimeout", "BackoffInitial", "BackoffMax", "FallbackInterval",
                        "AutoConnectHeadStart", "AbsentAfter", "FastAttempts", "SetupFailuresBeforeRepair", "ProofWindow"],
         "Notifications": ["Subscribe", "Battery"],
     ]

@@ -108,6 +108,7 @@ public final class Daemon {
 
         bluez = BlueZClient(connection: bus, adapter: config.adapter)
         bluez.onEvent = { [unowned self] event in handle(event) }
+        bluez.onPresence = { [unowned self] present in feed(present ? .bluetoothdBack : .bluetoothdLeft) }
         bluez.warn = { [unowned self] line in log.warning(line) }
         bluez.inform = { [unowned self] line in log.info(line) }
         if log.minimumPriority == .debug {
@@ -249,6 +250,13 @@ public final class Daemon {
             bluez.cancelPairing(a)
         case .updateAutoConnect(let uuids):
             bluez.setAutoConnectUUIDs(uuids)
+        case .queryBluetoothdUnit:
+            queryBluetoothdUnit()
+        case .startBluetoothd:
+            log.info("starting bluetoothd again (bus activation of org.bluez)")
+            startBluetoothd()
+        case .bluetoothdReport(let r):
+            report(r)
         case .arm(let c):
             let id = c.id
             let delay = Duration.nanoseconds(max(0, c.deadline.uptimeNanoseconds - now.uptimeNanoseconds))

@@ -41,3 +41,46 @@ struct JournalEntry {
         ]
     }
 }
+
+/// What the journal says about bluetoothd leaving the bus (`BluetoothdReport`): one entry per
+/// crash (`MessageID.bluetoothdCrashed`), one per stop or wait (`MessageID.bluetoothdDown`).
+struct BluetoothdJournal {
+    let message: String
+    let priority: Priority
+    let messageID: String
+    let fields: [(key: String, value: String)]
+
+    init(_ r: BluetoothdReport) {
+        switch r {
+        case .crashed(let c):
+            var m = "bluetoothd crashed (\(c.cause), systemd result \(c.unit.result)); \(c.action)"
+            if !c.awaited.isEmpty { m += "; \(c.awaited.count) wearable(s) to bring back" }
+            if !c.disarmed.isEmpty {
+                m += "; disarmed \(c.disarmed.map(\.description).joined(separator: ", ")): bluetoothd crashed twice connecting to it, pair it again"
+            }
+            message = m
+            priority = .warning
+            messageID = Log.MessageID.bluetoothdCrashed
+            fields = [
+                ("PAIRD_EVENT", "bluetoothdCrashed"),
+                ("PAIRD_BLUETOOTHD_RESULT", c.unit.result),
+                ("PAIRD_BLUETOOTHD_EXIT", c.cause),
+                ("PAIRD_BLUETOOTHD_ACTION", c.action),
+                ("PAIRD_ATTEMPT", c.attempt.map(String.init) ?? ""),
+                ("PAIRD_WEARABLES", c.awaited.map(\.description).joined(separator: " ")),
+                ("PAIRD_DISARMED", c.disarmed.map(\.description).joined(separator: " ")),
+            ]
+        case .stopped:
+            message = "bluetoothd was stopped (systemd result success): paird does not start it; waiting for it to be started"
+            priority = .notice
+            messageID = Log.MessageID.bluetoothdDown
+            fields = [("PAIRD_EVENT", "bluetoothdStopped"), ("PAIRD_BLUETOOTHD_RESULT", "success")]
+        case .waiting(let unit):
+            message = unit.map { "bluetoothd is gone (systemd: \($0.activeState), result \($0.result)); waiting for it" }
+                ?? "bluetoothd is gone and systemd does not say why; waiting for it"
+            priority = .notice
+            messageID = Log.MessageID.bluetoothdDown
+            fields = [("PAIRD_EVENT", "bluetoothdGone"), ("PAIRD_BLUETOOTHD_RESULT", unit?.result ?? "")]
+        }
+    }
+}

@@ -33,7 +33,16 @@ extension StatusDocument {
                 services: d.identity.serviceUUIDs, autoConnect: machine.autoConnectArmed.contains(d.address),
                 nextDeadline: d.state.countdown.map { wall($0.deadline) })
         }
-        self.init(daemon: .init(running: true, version: PairdAPI.version, stateFileError: stateFileError), adapter: adapter,
-                  pairing: pairing, devices: devices)
+        let w = machine.bluetoothd
+        let crash = w.lastCrash.map { c -> Bluetoothd.Crash in
+            func after(_ m: Moment?) -> Double? { m.map { $0.since(c.at).seconds } }
+            let allBack = c.awaited.allSatisfy { c.backTimes[$0] != nil } ? c.backTimes.values.max() : nil
+            return .init(at: wall(c.at), cause: c.cause, result: c.unit.result, action: c.action, backAfter: after(c.backAt),
+                         wearables: c.awaited.count, wearablesBack: c.awaited.filter { c.backTimes[$0] != nil }.count,
+                         allBackAfter: c.awaited.isEmpty ? nil : after(allBack), disarmed: c.disarmed.map(\.description))
+        }
+        self.init(daemon: .init(running: true, version: PairdAPI.version, stateFileError: stateFileError), adapter: adapter, pairing: pairing, devices: devices,
+                  bluetoothd: .init(state: w.phase.name, nextStartAt: w.phase.countdown.flatMap { $0.id.purpose == .bluetoothdStart ? wall($0.deadline) : nil },
+                                    lastCrash: crash))
     }
 }

@@ -39,6 +39,11 @@ public final class Log: @unchecked Sendable {
     public enum MessageID {
         public static let started = "0e1c4f5ba0c84a2c8e6f2bd09ed7c4a1"
         public static let stateFileQuarantined = "fb4303ae5aee430ab58c2c6aea35f154"
+        /// bluetoothd crashed (systemd's Result core-dump, signal, exit-code or watchdog).
+        public static let bluetoothdCrashed = "d0a3d6329a8b43d596a93330a3ea7cba"
+        /// bluetoothd left the bus and paird does not start it (stopped by an administrator, no
+        /// systemd, another failure).
+        public static let bluetoothdDown = "9fe0a6f8edf440708400f4e405af5550"
         public static func forReport(_ kind: Report.Kind) -> String {
             switch kind {
             case .paired: "ab55ea673df149f5b792fb9662ee1185"

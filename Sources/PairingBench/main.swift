@@ -52,7 +52,8 @@ func runBenchmark() {
             case .arm(let c): if case .device(let d) = c.id.owner { lastCountdown[Int(d.value - base)] = c.id }
             case .connect(let d, let call, _): lastCall[Int(d.value - base)] = call
             case .cancel, .disconnect, .setUpLink, .setTrusted, .removeDevice, .startDiscovery, .stopDiscovery, .restartDiscovery, .pair, .answerAgent,
-                 .cancelPairing, .updateAutoConnect, .persist, .report, .pairingProgress, .pairingEnded:
+                 .cancelPairing, .updateAutoConnect, .queryBluetoothdUnit, .startBluetoothd, .bluetoothdReport, .persist, .report,
+                 .pairingProgress, .pairingEnded:
                 break
             }
         }

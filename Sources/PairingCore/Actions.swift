@@ -26,6 +26,17 @@ public enum Action: Sendable, Hashable {
     /// differ), so the kernel's LE auto-connect is armed for every wearable we pursue.
     case updateAutoConnect([String])
 
+    // bluetoothd and systemd.
+    /// Ask systemd (`org.freedesktop.systemd1`) for `bluetooth.service`'s ActiveState, Result,
+    /// ExecMainCode and ExecMainStatus; answer with `Event.bluetoothdUnit` (nil: no systemd).
+    case queryBluetoothdUnit
+    /// `org.freedesktop.DBus.StartServiceByName("org.bluez", 0)`: bus activation starts
+    /// bluetooth.service. Its return shows as bluetoothd on the bus; a failure answers with
+    /// `Event.bluetoothdStartFailed`.
+    case startBluetoothd
+    /// A journal entry about bluetoothd (one per crash, with its own MESSAGE_ID).
+    case bluetoothdReport(BluetoothdReport)
+
     // Time.
     case arm(Countdown)
     case cancel(Countdown.ID)
@@ -177,6 +188,13 @@ public struct MachineConfig: Sendable, Hashable {
     /// D-Bus timeout for Connect(): above BlueZ's ~40 s so BlueZ, not libdbus, ends a failed attempt.
     public var connectTimeout: Duration = .seconds(45)
     public var discoveryTimeout: Duration = .seconds(30)
+    /// A link that is up but whose services have not resolved (found so at reconciliation, e.g.
+    /// after bluetoothd returned under a live link: 5.66 attaches ATT only to links it makes or
+    /// accepts, so such a link never resolves) gets this long to reach `ServicesResolved`; then
+    /// paird drops it and connects again instead of waiting out `discoveryTimeout`. Once the
+    /// services resolve, the rest of the set-up gets `discoveryTimeout`. Measured on the bed: a
+    /// good link resolves well within it (README, "When bluetoothd crashes").
+    public var resolveTimeout: Duration = .seconds(6)
     public var backoff = Backoff()
     /// Quick transient failures in a row before the device counts as away and is waited for passively.
     public var fastAttempts: Int = 5
@@ -207,6 +225,15 @@ public struct MachineConfig: Sendable, Hashable {
     /// The adapter devices are paired through, recorded in their identity.
     public var adapter: String = "hci0"
     public var jitterSeed: UInt64 = 0x5EED
+    /// After a bluetoothd crash: the first start at once, then these delays (2, 4, 8, 16 s) before
+    /// each further one while it keeps crashing within `bluetoothdCrashWindow` of paird's last start.
+    public var bluetoothdRestart = Backoff(initial: .seconds(2), maximum: .seconds(60), jitter: 0)
+    /// Starts within the window before paird stops starting it (and says so).
+    public var bluetoothdRestartCap: Int = 5
+    /// A crash longer than this after paird's last start begins the count anew: only a
+    /// bluetoothd that dies soon after each start is backed off and capped (one that crashes on
+    /// a wearable's link is the crash-loop rule's). On the bed a start is ready in ~1 s.
+    public var bluetoothdCrashWindow: Duration = .seconds(10)
 
     public init() {}
 

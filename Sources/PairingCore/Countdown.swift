@@ -2,11 +2,14 @@
 public enum CountdownOwner: Sendable, Hashable, CustomStringConvertible {
     case device(DeviceAddress)
     case pairing
+    /// bluetoothd's watch (`BluetoothdWatch`): asking systemd again, or starting it again.
+    case bluetoothd
 
     public var description: String {
         switch self {
         case .device(let a): "\(a)"
         case .pairing: "pairing"
+        case .bluetoothd: "bluetoothd"
         }
     }
 }
@@ -16,11 +19,14 @@ public enum CountdownPurpose: String, Sendable, Hashable, CaseIterable {
     case connectReply      // a Connect() in flight must answer by then
     case retryBackoff      // wait before retrying a transient connect failure
     case discovery         // link up, services must resolve and notifications be set up by then
+    case resolve           // link up but unresolved (e.g. adopted after bluetoothd returned): ServicesResolved by then, or drop and connect again
     case fallbackConnect   // waiting for the wearable: when to try one Connect() besides the kernel's auto-connect
     case scan              // pairing: how long to look for a matching wearable
     case scanRestart       // pairing: when to stop a scan that found nothing, or start it again
     case pair              // pairing: Pair() must finish by then
     case settle            // pairing: the paired wearable must reach `connected` by then
+    case unitQuery         // bluetoothd left: ask systemd again (it had not settled the unit)
+    case bluetoothdStart   // bluetoothd crashed: start it again (bus activation) then
 }
 
 /// A countdown is data carried by the timed state that armed it. The runtime arms a timer for it

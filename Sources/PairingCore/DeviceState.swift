@@ -159,6 +159,9 @@ public enum RepairReason: String, Sendable, Hashable, CaseIterable {
     /// Set-ups kept failing before the wearable ever answered (`MachineConfig.setupFailuresBeforeRepair`):
     /// on BlueZ 5.66, what a wearable that forgot its bond looks like.
     case suspectedBondLoss = "suspected-bond-loss"
+    /// bluetoothd crashed twice while this wearable's link was being set up: its link presumably
+    /// triggers a BlueZ bug, and reconnecting would drive a crash loop. Pairing it again helps.
+    case bluetoothdCrashes = "bluetoothd-crashed"
 
     public var token: String { rawValue }
 
@@ -220,6 +223,10 @@ public struct ManagedDevice: Sendable, Hashable {
     public var ownDrop: Link?
     /// Has reached `connected` since the daemon started (a later connect is a *reconnect*).
     public var hasBeenConnected: Bool
+    /// bluetoothd died while this wearable's link was being set up, and it has not reached
+    /// `connected` since. Persisted (the state file's `bluetoothdCrashedOnLink`), so a paird
+    /// restart does not forget it: a second such crash disarms it (`RepairReason.bluetoothdCrashes`).
+    public var bluetoothdCrashedOnLink: Bool = false
 
     public struct LastDisconnect: Sendable, Hashable {
         public var reason: String

@@ -76,6 +76,15 @@ public enum Event: Sendable, Hashable {
     /// registered listing a service the device offers (5.66 probes the profile against the
     /// device's services, `device_probe_profile`). Sent whenever that set changes.
     case autoConnectArmed(Set<DeviceAddress>)
+    /// `org.bluez` left the system bus (before the adapter's loss that follows).
+    case bluetoothdLeft
+    /// systemd's answer about `bluetooth.service` after `Action.queryBluetoothdUnit`; nil when
+    /// there is no systemd on the bus or no such unit.
+    case bluetoothdUnit(BluetoothdUnitState?)
+    /// `StartServiceByName("org.bluez")` failed.
+    case bluetoothdStartFailed
+    /// `org.bluez` is on the system bus again.
+    case bluetoothdBack
 
     // Device signals from BlueZ.
     case linkUp(DeviceAddress)

@@ -17,10 +17,16 @@ extension PairingMachine {
             switch d.state {
             case .restoring, .adapterUnavailable:
                 reconcile(i, view: views[a] ?? .absent, now, &actions)
+            case .needsRepair(.bluetoothdCrashes):
+                // Disarmed while bluetoothd was gone: the new one has it Trusted again and would
+                // let the auto-connect bring up the link that kills it.
+                actions.append(.setTrusted(a, false))
+                actions.append(.disconnect(a))
             case .connecting, .discovering, .connected, .waitingForDevice, .disconnected, .needsRepair:
                 break // already in step with BlueZ
             }
         }
+        bluetoothd.crashedSinceReady = false
         // Sent even if unchanged: a bluetoothd that came back holds no registration of ours.
         actions.append(.updateAutoConnect(autoConnectUUIDs))
     }
@@ -39,7 +45,15 @@ extension PairingMachine {
         } else if view.connected {
             slots[i].ownDrop = nil
             let link = Link(upAt: now, resolved: view.servicesResolved, adoptedUnresolved: !view.servicesResolved)
-            move(i, to: .discovering(link, countdown: discoveryCountdown(a, now)), now, &actions)
+            if !view.servicesResolved, bluetoothd.crashedSinceReady {
+                // The kernel kept the link through a bluetoothd crash: the new bluetoothd made no
+                // ATT channel on it and never resolves it (bed: 6 of 6). Drop it now.
+                return dropUnusableLink(i, link, now, &actions, reason: "unresolvable-after-crash")
+            }
+            // Unresolved, it gets the short resolve countdown: after a bluetoothd crash such a
+            // link may have no ATT channel and would otherwise wait out the discovery timeout.
+            let c = view.servicesResolved ? discoveryCountdown(a, now) : resolveCountdown(a, now)
+            move(i, to: .discovering(link, countdown: c), now, &actions)
             if view.servicesResolved { actions.append(.setUpLink(a)) }
         } else {
             restoreConnect(i, now, &actions)

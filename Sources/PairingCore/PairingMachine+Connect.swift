@@ -88,10 +88,26 @@ extension PairingMachine {
         }
     }
 
+    /// Drops a link that is not usable (its countdown ran out, or it cannot resolve) and connects
+    /// again after the first backoff step. It is our own disconnect, so the link-down that follows
+    /// finds us `connecting` and is not a link loss.
+    mutating func dropUnusableLink(_ i: Int, _ link: Link, _ now: Moment, _ actions: inout [Action], reason: String) {
+        let a = slots[i].address
+        var dropped = link
+        dropped.adoptedUnresolved = false
+        slots[i].ownDrop = dropped
+        actions.append(.disconnect(a))
+        let delay = config.backoff.delay(attempt: 1, unit: rng.nextUnit())
+        move(i, to: .connecting(.backingOff, attempt: 1, countdown: countdown(.device(a), .retryBackoff, now + delay)),
+             now, &actions, reason: reason)
+    }
+
     // MARK: Countdowns
 
     mutating func countdownFired(_ id: Countdown.ID, _ now: Moment, _ actions: inout [Action]) {
         switch id.owner {
+        case .bluetoothd:
+            bluetoothdCountdownFired(id, now, &actions)
         case .pairing:
             guard let p = pairing else { return }
             if case .scanning(let restart) = p.phase, restart.countdown.id == id {
@@ -120,13 +136,7 @@ extension PairingMachine {
                     move(i, to: .needsRepair(reason: .suspectedBondLoss), now, &actions)
                     return
                 }
-                var dropped = link
-                dropped.adoptedUnresolved = false
-                slots[i].ownDrop = dropped
-                actions.append(.disconnect(a))
-                let delay = config.backoff.delay(attempt: 1, unit: rng.nextUnit())
-                move(i, to: .connecting(.backingOff, attempt: 1, countdown: countdown(.device(a), .retryBackoff, now + delay)),
-                     now, &actions, reason: "discovery-timeout")
+                dropUnusableLink(i, link, now, &actions, reason: id.purpose == .resolve ? "resolve-timeout" : "discovery-timeout")
             case .waitingForDevice(.fallbackDue):
                 fallbackConnect(i, now, &actions)
             case .restoring, .connected, .waitingForDevice(.onAutoConnect), .disconnected, .needsRepair, .adapterUnavailable:

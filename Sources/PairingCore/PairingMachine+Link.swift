@@ -37,8 +37,14 @@ extension PairingMachine {
                 ?? Link(upAt: now, resolved: true)
             move(i, to: .discovering(link, countdown: discoveryCountdown(a, now)), now, &actions)
             actions.append(.setUpLink(a))
-        case .discovering:
-            updateLink(i) { $0.resolved = true; $0.adoptedUnresolved = false; $0.setupVerdict = nil } // a new set-up begins
+        case .discovering(var link, let c):
+            link.resolved = true; link.adoptedUnresolved = false; link.setupVerdict = nil // a new set-up begins
+            if c.id.purpose == .resolve {
+                // Resolved in time: the rest of the set-up gets the discovery countdown.
+                move(i, to: .discovering(link, countdown: discoveryCountdown(a, now)), now, &actions)
+            } else {
+                slots[i].state = .discovering(link, countdown: c)
+            }
             actions.append(.setUpLink(a))
         case .connected:
             updateLink(i) { $0.resolved = true; $0.adoptedUnresolved = false; $0.setupVerdict = nil }
@@ -188,6 +194,13 @@ extension PairingMachine {
 
     mutating func discoveryCountdown(_ a: DeviceAddress, _ now: Moment) -> Countdown {
         countdown(.device(a), .discovery, now.advanced(byNanoseconds: discoveryNanos))
+    }
+
+    /// For a link that is up and unresolved: `MachineConfig.resolveTimeout` to resolve, else it is
+    /// dropped and connected again (`countdownFired`, as at the discovery timeout). General: any
+    /// `discovering` state may carry it; today reconciliation (adoption) arms it.
+    mutating func resolveCountdown(_ a: DeviceAddress, _ now: Moment) -> Countdown {
+        countdown(.device(a), .resolve, now.advanced(byNanoseconds: resolveNanos))
     }
 
     /// Counts a link that came up (or a Connect the wearable answered) but never became usable.

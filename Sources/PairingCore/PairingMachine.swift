@@ -36,10 +36,13 @@ public struct PairingMachine: Sendable {
     public internal(set) var adapterUp = false
     /// The devices BlueZ's auto-connect is armed for now (`Event.autoConnectArmed`).
     public internal(set) var autoConnectArmed: Set<DeviceAddress> = []
+    /// bluetoothd on the bus, and after a crash its restarts (`PairingMachine+Bluetoothd`).
+    public internal(set) var bluetoothd = BluetoothdWatch()
 
     /// The config's durations in nanoseconds, converted once (see `Moment`).
     let connectReplyNanos: Int64
     let discoveryNanos: Int64
+    let resolveNanos: Int64
     let fallbackNanos: Int64
     let headStartNanos: Int64
 
@@ -52,6 +55,7 @@ public struct PairingMachine: Sendable {
         self.rng = SplitMix64(seed: config.jitterSeed)
         self.connectReplyNanos = (config.connectTimeout + config.replySlack).nanoseconds
         self.discoveryNanos = config.discoveryTimeout.nanoseconds
+        self.resolveNanos = config.resolveTimeout.nanoseconds
         self.fallbackNanos = config.fallbackInterval.nanoseconds
         self.headStartNanos = config.autoConnectHeadStart.nanoseconds
         for p in state?.devices ?? [] where slot[p.address] == nil {
@@ -59,7 +63,8 @@ public struct PairingMachine: Sendable {
             slots.append(ManagedDevice(
                 identity: p.identity, wanted: p.wanted, state: .restoring, since: now,
                 pairedAt: p.pairedAt.timeIntervalSince1970, updatedAt: p.updatedAt.timeIntervalSince1970, lastDisconnect: nil,
-                reconnectAttempts: 0, setupFailures: 0, hasBeenConnected: false))
+                reconnectAttempts: 0, setupFailures: 0, hasBeenConnected: false,
+                bluetoothdCrashedOnLink: p.bluetoothdCrashedOnLink ?? false))
         }
     }
 
@@ -82,6 +87,10 @@ public struct PairingMachine: Sendable {
         case .adapterReady(let views): adapterReady(views, now, &actions)
         case .adapterLost: adapterLost(now, &actions)
         case .autoConnectArmed(let devices): autoConnectArmed(devices, now, &actions)
+        case .bluetoothdLeft: bluetoothdLeft(now, &actions)
+        case .bluetoothdUnit(let unit): bluetoothdUnit(unit, now, &actions)
+        case .bluetoothdStartFailed: bluetoothdStartFailed(now, &actions)
+        case .bluetoothdBack: bluetoothdBack(now, &actions)
         case .linkUp(let a): linkUp(a, now, &actions)
         case .servicesResolved(let a): servicesResolved(a, now, &actions)
         case .servicesLost(let a): servicesLost(a, now, &actions)
@@ -135,7 +144,8 @@ public struct PairingMachine: Sendable {
     /// The document the state file holds: identity and intent only.
     public func persistedState() -> PersistedState {
         PersistedState(devices: slots.sorted { $0.address < $1.address }.map {
-            PersistedDevice(identity: $0.identity, wanted: $0.wanted, pairedAt: $0.pairedAt, updatedAt: $0.updatedAt)
+            PersistedDevice(identity: $0.identity, wanted: $0.wanted, pairedAt: $0.pairedAt, updatedAt: $0.updatedAt,
+                            bluetoothdCrashedOnLink: $0.bluetoothdCrashedOnLink ? true : nil)
         })
     }
 
@@ -185,6 +195,7 @@ public struct PairingMachine: Sendable {
             actions.append(.setTrusted(a, false))
             actions.append(.disconnect(a))
         }
+        if case .connected = new, !old.isConnected { linkSetUp(i, now, &actions) }
         let renamed = old.name != new.name
         if renamed { slots[i].since = now }
         if renamed || kind != nil {

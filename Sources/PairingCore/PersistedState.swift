@@ -74,8 +74,14 @@ public struct PersistedDevice: Sendable, Hashable, Codable {
     public var wanted: Wanted
     public var pairedAt: Date
     public var updatedAt: Date
+    /// bluetoothd died while its link was being set up (`ManagedDevice.bluetoothdCrashedOnLink`).
+    /// Optional and written only when true: files without it (older paird) read as false, and an
+    /// older paird reading a file with it ignores the key, so the version stays 1.
+    public var bluetoothdCrashedOnLink: Bool?
 
-    public init(identity: DeviceIdentity, wanted: Wanted, pairedAt: Double, updatedAt: Double) {
+    public init(identity: DeviceIdentity, wanted: Wanted, pairedAt: Double, updatedAt: Double,
+                bluetoothdCrashedOnLink: Bool? = nil) {
+        self.bluetoothdCrashedOnLink = bluetoothdCrashedOnLink
         address = identity.address
         addressType = identity.addressType
         name = identity.name

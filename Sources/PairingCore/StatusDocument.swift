@@ -125,16 +125,65 @@ public struct StatusDocument: Codable, Sendable, Hashable {
         }
     }
 
+    /// bluetoothd as paird follows it, and its last crash (null from a paird older than this).
+    public struct Bluetoothd: Codable, Sendable, Hashable {
+        /// `running`, `gone`, `restarting` (a start is due at `nextStartAt`), `starting`,
+        /// `stopped` (by an administrator: paird waits), `gave-up`.
+        public var state: String
+        public var nextStartAt: Date?
+        public var lastCrash: Crash?
+
+        public struct Crash: Codable, Sendable, Hashable {
+            public var at: Date
+            /// `SIGSEGV`, `exit status 1`, or systemd's result.
+            public var cause: String
+            /// systemd's `Result` of bluetooth.service.
+            public var result: String
+            /// What paird did: `started again`, `start 3 in 4 s`, `gave up after 5 starts`, ….
+            public var action: String
+            /// Seconds from the crash until bluetoothd was on the bus again; null until then.
+            public var backAfter: Double?
+            /// Wearables linked when it crashed, how many are connected again, and the seconds
+            /// from the crash until the last of them was (null until all are).
+            public var wearables: Int
+            public var wearablesBack: Int
+            public var allBackAfter: Double?
+            /// Wearables disarmed for it (`needsRepair`: it crashed twice on their link).
+            public var disarmed: [String]
+
+            public init(at: Date, cause: String, result: String, action: String, backAfter: Double?, wearables: Int,
+                        wearablesBack: Int, allBackAfter: Double?, disarmed: [String]) {
+                self.at = at
+                self.cause = cause
+                self.result = result
+                self.action = action
+                self.backAfter = backAfter
+                self.wearables = wearables
+                self.wearablesBack = wearablesBack
+                self.allBackAfter = allBackAfter
+                self.disarmed = disarmed
+            }
+        }
+
+        public init(state: String, nextStartAt: Date?, lastCrash: Crash?) {
+            self.state = state
+            self.nextStartAt = nextStartAt
+            self.lastCrash = lastCrash
+        }
+    }
+
     public var daemon: Daemon
     public var adapter: Adapter?
     public var pairing: Pairing?
     public var devices: [Device]
+    public var bluetoothd: Bluetoothd?
 
-    public init(daemon: Daemon, adapter: Adapter?, pairing: Pairing?, devices: [Device]) {
+    public init(daemon: Daemon, adapter: Adapter?, pairing: Pairing?, devices: [Device], bluetoothd: Bluetoothd? = nil) {
         self.daemon = daemon
         self.adapter = adapter
         self.pairing = pairing
         self.devices = devices
+        self.bluetoothd = bluetoothd
     }
 
     /// The version of this document's shape (`schemaVersion` in every JSON pairctl prints):
@@ -160,6 +209,7 @@ public struct StatusDocument: Codable, Sendable, Hashable {
         try c.encode(adapter, forKey: .adapter)
         try c.encode(pairing, forKey: .pairing)
         try c.encode(devices, forKey: .devices)
+        try c.encode(bluetoothd, forKey: .bluetoothd)
     }
 
     public func json(pretty: Bool = true) -> String {

@@ -42,7 +42,7 @@ struct Harness {
             case .connect(let d, let call, _): lastConnectCall[d] = call
             case .pair(_, let call, _): lastPairCall = call
             case .disconnect, .setUpLink, .setTrusted, .removeDevice, .startDiscovery, .stopDiscovery, .restartDiscovery, .cancelPairing, .answerAgent,
-                 .updateAutoConnect, .persist, .report, .pairingProgress, .pairingEnded:
+                 .updateAutoConnect, .queryBluetoothdUnit, .startBluetoothd, .bluetoothdReport, .persist, .report, .pairingProgress, .pairingEnded:
                 break
             }
         }

@@ -1,0 +1,168 @@
+/// What systemd says of `bluetooth.service` (`org.freedesktop.systemd1.Unit.ActiveState`,
+/// `org.freedesktop.systemd1.Service.Result`, `ExecMainCode`, `ExecMainStatus`), read after
+/// `org.bluez` left the bus.
+public struct BluetoothdUnitState: Sendable, Hashable {
+    /// `active`, `reloading`, `inactive`, `failed`, `activating`, `deactivating`.
+    public var activeState: String
+    /// `success`, `exit-code`, `signal`, `core-dump`, `watchdog`, `timeout`, `start-limit-hit`, ….
+    public var result: String
+    /// The main process's `si_code`: 1 CLD_EXITED (status = exit status), 2 CLD_KILLED,
+    /// 3 CLD_DUMPED (status = signal number); 0 when it has not exited.
+    public var execMainCode: Int32
+    public var execMainStatus: Int32
+
+    public init(activeState: String, result: String, execMainCode: Int32 = 0, execMainStatus: Int32 = 0) {
+        self.activeState = activeState
+        self.result = result
+        self.execMainCode = execMainCode
+        self.execMainStatus = execMainStatus
+    }
+
+    /// "SIGSEGV" for a killed or dumped main process, "exit status 1" for one that exited, nil before.
+    public var exitDescription: String? {
+        switch execMainCode {
+        case 1: "exit status \(execMainStatus)"
+        case 2, 3: Self.signalName(execMainStatus)
+        default: nil
+        }
+    }
+
+    /// The signal name (Linux x86 numbers); `signal N` for one not listed.
+    public static func signalName(_ n: Int32) -> String {
+        let names: [Int32: String] = [1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 5: "SIGTRAP", 6: "SIGABRT",
+                                      7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL", 11: "SIGSEGV", 13: "SIGPIPE", 15: "SIGTERM"]
+        return names[n] ?? "signal \(n)"
+    }
+}
+
+/// Why bluetoothd left the bus: the decision paird acts on (`BluetoothdExit.classify`).
+public enum BluetoothdExit: Sendable, Hashable {
+    /// It crashed (`Result` core-dump, signal, exit-code or watchdog) and systemd leaves it down
+    /// (Debian's and BlueZ's unit ship `#Restart=on-failure` commented out): paird starts it.
+    case crashed
+    /// It crashed and systemd is restarting it itself (`Restart=` set: `activating`): paird waits.
+    case crashedSystemdRestarts
+    /// An administrator's stop (`Result=success`): respected, paird waits.
+    case stopped
+    /// Down for another reason (`start-limit-hit`, `resources`, …): paird waits and says so.
+    case failedOther
+    /// systemd has not settled it yet (still `active` or `deactivating`): ask again shortly.
+    case notSettled
+    /// No systemd on the bus, or no such unit: wait, as without systemd.
+    case unknown
+
+    public static let crashResults: Set<String> = ["core-dump", "signal", "exit-code", "watchdog"]
+
+    public static func classify(_ unit: BluetoothdUnitState?) -> BluetoothdExit {
+        guard let unit else { return .unknown }
+        let crash = crashResults.contains(unit.result)
+        switch unit.activeState {
+        case "failed", "inactive":
+            if crash { return .crashed }
+            return unit.result == "success" ? .stopped : .failedOther
+        case "activating":
+            return crash ? .crashedSystemdRestarts : .notSettled
+        default:
+            return .notSettled
+        }
+    }
+}
+
+/// bluetoothd as paird follows it: present, or gone and why, and its restarts after a crash.
+///
+/// ```
+///   present ──left──▶ asking systemd ──crashed──▶ restartDue (backoff) ──▶ starting ──back──▶ present
+///                       │  ▲ not settled                 ▲ start failed / died again │
+///                       │  └─ (countdown)                └───────────────────────────┘
+///                       ├─stopped──▶ stoppedByAdmin (waits)       (cap reached ──▶ gaveUp, waits)
+///                       └─no systemd / other──▶ waiting (as without systemd)
+/// ```
+public struct BluetoothdWatch: Sendable, Hashable {
+    public enum Phase: Sendable, Hashable {
+        case present
+        /// Left the bus; systemd is being asked why (`queries` so far; the countdown, when
+        /// armed, is the next question after a `notSettled` answer).
+        case asking(queries: Int, countdown: Countdown?)
+        /// Crashed: `StartServiceByName(org.bluez)` at the countdown.
+        case restartDue(Countdown)
+        /// `StartServiceByName` in flight.
+        case starting
+        /// Stopped by an administrator: paird does not start it.
+        case stoppedByAdmin
+        /// Gone for a reason paird does not act on (no systemd, another failure): waits.
+        case waiting(reason: String)
+        /// It kept dying: `restartCap` starts within `crashWindow`; paird waits for someone else.
+        case gaveUp
+
+        public var name: String {
+            switch self {
+            case .present: "running"
+            case .asking: "gone"
+            case .restartDue: "restarting"
+            case .starting: "starting"
+            case .stoppedByAdmin: "stopped"
+            case .waiting: "gone"
+            case .gaveUp: "gave-up"
+            }
+        }
+
+        public var countdown: Countdown? {
+            switch self {
+            case .asking(_, let c): c
+            case .restartDue(let c): c
+            case .present, .starting, .stoppedByAdmin, .waiting, .gaveUp: nil
+            }
+        }
+    }
+
+    public internal(set) var phase: Phase = .present
+    /// When it left the bus this time (nil while present).
+    public internal(set) var goneSince: Moment?
+    /// Starts paird made since the last crash that came after a quiet `crashWindow`.
+    public internal(set) var starts = 0
+    public internal(set) var lastStartAt: Moment?
+    /// Devices whose link was being set up when it left (their link may be what killed it).
+    var settingUpAtLoss: [DeviceAddress] = []
+    /// Devices linked (set up or being set up) when it left: awaited back after a crash.
+    var linkedAtLoss: [DeviceAddress] = []
+    /// It crashed since the adapter was last ready: a link found up and unresolved at the next
+    /// reconciliation predates the new bluetoothd and is dropped at once (`reconcile`).
+    var crashedSinceReady = false
+    /// The last crash, for the journal and `pairctl status`.
+    public internal(set) var lastCrash: BluetoothdCrash?
+
+    public init() {}
+}
+
+/// One crash of bluetoothd as paird saw it.
+public struct BluetoothdCrash: Sendable, Hashable {
+    public var at: Moment
+    public var unit: BluetoothdUnitState
+    /// What paird does about it: `started again`, `start again in N s`, `systemd restarts it`,
+    /// `gave up after N starts`.
+    public var action: String
+    /// The start (1-based) paird made or will make for it; nil when paird does not start it.
+    public var attempt: Int?
+    /// When bluetoothd was on the bus again; nil until then.
+    public var backAt: Moment?
+    /// The wearables linked (or being linked) when it died, and when each was connected again.
+    public var awaited: [DeviceAddress]
+    public var backTimes: [DeviceAddress: Moment] = [:]
+    /// Wearables disarmed for it (their link crashed it twice).
+    public var disarmed: [DeviceAddress] = []
+
+    /// "SIGSEGV", "exit status 1", or systemd's result word.
+    public var cause: String { unit.exitDescription ?? unit.result }
+
+    public init(at: Moment, unit: BluetoothdUnitState, action: String, attempt: Int?, backAt: Moment? = nil,
+                awaited: [DeviceAddress], backTimes: [DeviceAddress: Moment] = [:], disarmed: [DeviceAddress] = []) {
+        self.at = at
+        self.unit = unit
+        self.action = action
+        self.attempt = attempt
+        self.backAt = backAt
+        self.awaited = awaited
+        self.backTimes = backTimes
+        self.disarmed = disarmed
+    }
+}

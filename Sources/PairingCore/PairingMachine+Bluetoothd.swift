@@ -1,0 +1,144 @@
+/// bluetoothd leaving the bus and coming back: systemd asked why, a crash answered with a start
+/// by bus activation (backoff, cap), an administrator's stop respected, and the wearables whose
+/// link was being set up when it died remembered, so one whose links keep killing it is
+/// disarmed instead of driving a crash loop.
+extension PairingMachine {
+    /// The next question to systemd when it has not settled the unit yet.
+    static let unitQueryInterval: Duration = .milliseconds(250)
+    /// At most this many questions (5 s): then paird waits, as without systemd.
+    static let unitQueryLimit = 20
+
+    mutating func bluetoothdLeft(_ now: Moment, _ actions: inout [Action]) {
+        if let c = bluetoothd.phase.countdown { actions.append(.cancel(c.id)) }
+        bluetoothd.goneSince = now
+        bluetoothd.settingUpAtLoss = sortedAddresses.filter { a in
+            if case .discovering = slots[slot[a]!].state { true } else { false }
+        }
+        bluetoothd.linkedAtLoss = sortedAddresses.filter { a in slots[slot[a]!].state.link != nil }
+        bluetoothd.phase = .asking(queries: 1, countdown: nil)
+        actions.append(.queryBluetoothdUnit)
+    }
+
+    mutating func bluetoothdUnit(_ unit: BluetoothdUnitState?, _ now: Moment, _ actions: inout [Action]) {
+        guard case .asking(let queries, let pending) = bluetoothd.phase else { return } // stale answer
+        if let pending { actions.append(.cancel(pending.id)) }
+        switch BluetoothdExit.classify(unit) {
+        case .notSettled where queries < Self.unitQueryLimit:
+            let c = countdown(.bluetoothd, .unitQuery, now + Self.unitQueryInterval)
+            bluetoothd.phase = .asking(queries: queries, countdown: c)
+            actions.append(.arm(c))
+        case .notSettled, .unknown:
+            bluetoothd.phase = .waiting(reason: unit == nil ? "no systemd unit" : "systemd did not settle bluetooth.service")
+            actions.append(.bluetoothdReport(.waiting(unit: unit)))
+        case .stopped:
+            bluetoothd.phase = .stoppedByAdmin
+            actions.append(.bluetoothdReport(.stopped))
+        case .failedOther:
+            bluetoothd.phase = .waiting(reason: unit!.result)
+            actions.append(.bluetoothdReport(.waiting(unit: unit)))
+        case .crashedSystemdRestarts:
+            bluetoothd.phase = .waiting(reason: "systemd restarts it")
+            crashed(unit!, action: "systemd restarts it", attempt: nil, now, &actions)
+        case .crashed:
+            if let last = bluetoothd.lastStartAt, now.since(last) <= config.bluetoothdCrashWindow {} else { bluetoothd.starts = 0 }
+            let attempt = bluetoothd.starts + 1
+            if bluetoothd.starts >= config.bluetoothdRestartCap {
+                bluetoothd.phase = .gaveUp
+                crashed(unit!, action: "gave up after \(bluetoothd.starts) starts", attempt: nil, now, &actions)
+            } else if bluetoothd.starts == 0 {
+                crashed(unit!, action: "started again", attempt: attempt, now, &actions)
+                startBluetoothd(now, &actions)
+            } else {
+                let delay = config.bluetoothdRestart.delay(attempt: bluetoothd.starts, unit: 0.5)
+                let c = countdown(.bluetoothd, .bluetoothdStart, now + delay)
+                bluetoothd.phase = .restartDue(c)
+                actions.append(.arm(c))
+                crashed(unit!, action: "start \(attempt) in \(delay.seconds.rounded()) s", attempt: attempt, now, &actions)
+            }
+        }
+    }
+
+    mutating func startBluetoothd(_ now: Moment, _ actions: inout [Action]) {
+        bluetoothd.starts += 1
+        bluetoothd.lastStartAt = now
+        bluetoothd.phase = .starting
+        actions.append(.startBluetoothd)
+    }
+
+    /// `StartServiceByName` failed (the unit failed to start): ask systemd again, which decides
+    /// the next try (or the cap).
+    mutating func bluetoothdStartFailed(_ now: Moment, _ actions: inout [Action]) {
+        guard case .starting = bluetoothd.phase else { return }
+        bluetoothd.phase = .asking(queries: 1, countdown: nil)
+        actions.append(.queryBluetoothdUnit)
+    }
+
+    mutating func bluetoothdBack(_ now: Moment, _ actions: inout [Action]) {
+        if let c = bluetoothd.phase.countdown { actions.append(.cancel(c.id)) }
+        bluetoothd.phase = .present
+        if bluetoothd.lastCrash?.backAt == nil, bluetoothd.goneSince != nil { bluetoothd.lastCrash?.backAt = now }
+        bluetoothd.goneSince = nil
+    }
+
+    mutating func bluetoothdCountdownFired(_ id: Countdown.ID, _ now: Moment, _ actions: inout [Action]) {
+        guard bluetoothd.phase.countdown?.id == id else { return } // stale: ignored
+        switch bluetoothd.phase {
+        case .asking(let queries, _):
+            bluetoothd.phase = .asking(queries: queries + 1, countdown: nil)
+            actions.append(.queryBluetoothdUnit)
+        case .restartDue:
+            startBluetoothd(now, &actions)
+        case .present, .starting, .stoppedByAdmin, .waiting, .gaveUp:
+            assertionFailure("bluetoothd countdown \(id) fired in \(bluetoothd.phase.name)")
+        }
+    }
+
+    /// One crash: the record, its report, and the crash-loop rule. A wearable whose link was being
+    /// set up when bluetoothd died is remembered (in the state file); if bluetoothd dies during
+    /// its set-up again before it ever reached `connected`, its link is presumed to be what kills
+    /// bluetoothd (a BlueZ bug): it is disarmed (`needsRepair`, `.bluetoothdCrashes`) so that
+    /// neither paird nor the kernel's auto-connect drives a crash loop. Others keep their links.
+    mutating func crashed(_ unit: BluetoothdUnitState, action: String, attempt: Int?, _ now: Moment, _ actions: inout [Action]) {
+        var crash = BluetoothdCrash(at: bluetoothd.goneSince ?? now, unit: unit, action: action, attempt: attempt,
+                                    awaited: bluetoothd.linkedAtLoss)
+        var remembered = false
+        for a in bluetoothd.settingUpAtLoss {
+            guard let i = slot[a], slots[i].state.isPursuing else { continue }
+            if slots[i].bluetoothdCrashedOnLink {
+                slots[i].bluetoothdCrashedOnLink = false
+                move(i, to: .needsRepair(reason: .bluetoothdCrashes), now, &actions)
+                crash.disarmed.append(a)
+                crash.awaited.removeAll { $0 == a }
+            } else {
+                slots[i].bluetoothdCrashedOnLink = true
+            }
+            remembered = true
+        }
+        if remembered { actions.append(.persist) }
+        bluetoothd.settingUpAtLoss = []
+        bluetoothd.crashedSinceReady = true
+        bluetoothd.lastCrash = crash
+        actions.append(.bluetoothdReport(.crashed(crash)))
+    }
+
+    /// A link reached `connected`: it did not kill bluetoothd, and it counts as back after a crash.
+    mutating func linkSetUp(_ i: Int, _ now: Moment, _ actions: inout [Action]) {
+        let a = slots[i].address
+        if slots[i].bluetoothdCrashedOnLink {
+            slots[i].bluetoothdCrashedOnLink = false
+            actions.append(.persist)
+        }
+        if let c = bluetoothd.lastCrash, c.awaited.contains(a), c.backTimes[a] == nil {
+            bluetoothd.lastCrash?.backTimes[a] = now
+        }
+    }
+}
+
+/// What the journal hears about bluetoothd (one entry per crash; one per stop or wait).
+public enum BluetoothdReport: Sendable, Hashable {
+    case crashed(BluetoothdCrash)
+    /// Stopped by an administrator: paird does not start it.
+    case stopped
+    /// Gone, and paird waits (no systemd, or a failure it does not act on).
+    case waiting(unit: BluetoothdUnitState?)
+}

@@ -1,0 +1,54 @@
+import Foundation
+import Testing
+@testable import Paird
+@testable import PairCtlCommands
+import PairingCore
+
+@Suite("Saying what happened to bluetoothd")
+struct BluetoothdReportTests {
+    let watch = DeviceAddress("00:AA:01:01:00:01")!
+    let ring = DeviceAddress("C0:FF:EE:00:00:02")!
+    let segv = BluetoothdUnitState(activeState: "failed", result: "core-dump", execMainCode: 3, execMainStatus: 11)
+
+    @Test("a crash: one warning with its own MESSAGE_ID, the unit's result and signal, what paird did, who it disarmed")
+    func crashEntry() {
+        let crash = BluetoothdCrash(at: .at(0), unit: segv, action: "started again", attempt: 1, awaited: [ring], disarmed: [watch])
+        let e = BluetoothdJournal(.crashed(crash))
+        #expect(e.messageID == Log.MessageID.bluetoothdCrashed)
+        #expect(e.priority == .warning)
+        #expect(e.message == "bluetoothd crashed (SIGSEGV, systemd result core-dump); started again; 1 wearable(s) to bring back; "
+            + "disarmed 00:AA:01:01:00:01: bluetoothd crashed twice connecting to it, pair it again")
+        #expect(e.fields.map(\.key) == ["PAIRD_EVENT", "PAIRD_BLUETOOTHD_RESULT", "PAIRD_BLUETOOTHD_EXIT", "PAIRD_BLUETOOTHD_ACTION",
+                                       "PAIRD_ATTEMPT", "PAIRD_WEARABLES", "PAIRD_DISARMED"])
+        #expect(e.fields.map(\.value) == ["bluetoothdCrashed", "core-dump", "SIGSEGV", "started again", "1", "C0:FF:EE:00:00:02",
+                                         "00:AA:01:01:00:01"])
+    }
+
+    @Test("a stop: a notice under the other MESSAGE_ID saying paird does not start it")
+    func stopEntry() {
+        let e = BluetoothdJournal(.stopped)
+        #expect(e.messageID == Log.MessageID.bluetoothdDown && e.messageID != Log.MessageID.bluetoothdCrashed)
+        #expect(e.message.contains("does not start it"))
+    }
+
+    @Test("the catalog explains both MESSAGE_IDs")
+    func catalog() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let text = try String(contentsOf: root.appendingPathComponent("systemd/paird.catalog"), encoding: .utf8)
+        #expect(text.contains("-- \(Log.MessageID.bluetoothdCrashed)\n"))
+        #expect(text.contains("-- \(Log.MessageID.bluetoothdDown)\n"))
+    }
+
+    @Test("pairctl status: the last crash, how long bluetoothd and the wearables took to come back")
+    func statusLine() throws {
+        let b = StatusDocument.Bluetoothd(state: "running", nextStartAt: nil, lastCrash: .init(
+            at: Date(timeIntervalSince1970: 0), cause: "SIGSEGV", result: "core-dump", action: "started again",
+            backAfter: 1.23, wearables: 2, wearablesBack: 2, allBackAfter: 3.14, disarmed: []))
+        let line = BluetoothdText.render(b)
+        #expect(line.hasPrefix("bluetoothd: running; crashed at "))
+        #expect(line.hasSuffix("(SIGSEGV); started again; back after 1.2 s; 2 of 2 wearable(s) back after 3.1 s"))
+        let doc = StatusDocument(daemon: .init(running: true), adapter: nil, pairing: nil, devices: [], bluetoothd: b)
+        #expect(try StatusDocument.decode(doc.json()).bluetoothd == b, "round trip")
+        #expect(try StatusDocument.decode(#"{"daemon":{"running":true},"devices":[]}"#).bluetoothd == nil, "an older paird's status reads")
+    }
+}

@@ -1,0 +1,275 @@
+import Testing
+import PairingCore
+
+/// bluetoothd leaves the bus: systemd says why; a crash is answered with a start by bus
+/// activation (backoff, cap), a stop is respected, no systemd means waiting; a wearable whose
+/// link kills bluetoothd twice is disarmed.
+@Suite("When bluetoothd crashes")
+struct BluetoothdCrashTests {
+    let watch = Harness.watch
+    let ring = Harness.ring
+
+    static let segv = BluetoothdUnitState(activeState: "failed", result: "core-dump", execMainCode: 3, execMainStatus: 11)
+    static let exitAtStart = BluetoothdUnitState(activeState: "failed", result: "exit-code", execMainCode: 1, execMainStatus: 1)
+    static let stopped = BluetoothdUnitState(activeState: "inactive", result: "success", execMainCode: 2, execMainStatus: 15)
+
+    @Test("systemd's view → the decision", arguments: [
+        (BluetoothdUnitState(activeState: "failed", result: "core-dump", execMainCode: 3, execMainStatus: 11), BluetoothdExit.crashed),
+        (BluetoothdUnitState(activeState: "failed", result: "signal", execMainCode: 2, execMainStatus: 9), .crashed),
+        (BluetoothdUnitState(activeState: "failed", result: "exit-code", execMainCode: 1, execMainStatus: 1), .crashed),
+        (BluetoothdUnitState(activeState: "failed", result: "watchdog", execMainCode: 2, execMainStatus: 6), .crashed),
+        (BluetoothdUnitState(activeState: "activating", result: "core-dump", execMainCode: 3, execMainStatus: 11), .crashedSystemdRestarts),
+        (BluetoothdUnitState(activeState: "inactive", result: "success", execMainCode: 2, execMainStatus: 15), .stopped),
+        (BluetoothdUnitState(activeState: "failed", result: "start-limit-hit"), .failedOther),
+        (BluetoothdUnitState(activeState: "deactivating", result: "success"), .notSettled),
+        (BluetoothdUnitState(activeState: "active", result: "success"), .notSettled),
+    ])
+    func classify(unit: BluetoothdUnitState, expected: BluetoothdExit) {
+        #expect(BluetoothdExit.classify(unit) == expected)
+    }
+
+    @Test("no systemd on the bus: unknown") func noSystemd() { #expect(BluetoothdExit.classify(nil) == .unknown) }
+
+    @Test("exit descriptions", arguments: [(segv, "SIGSEGV"), (exitAtStart, "exit status 1"), (stopped, "SIGTERM")])
+    func exitDescription(unit: BluetoothdUnitState, text: String) { #expect(unit.exitDescription == text) }
+
+    /// bluetoothd leaves the bus as the runtime reports it: presence first, then the adapter.
+    func bluetoothdDies(_ h: inout Harness) -> [Action] {
+        h.send(.bluetoothdLeft) + h.send(.adapterLost)
+    }
+
+    @Test("crash while connected: systemd asked, bluetoothd started at once, one crash report; back → adopted")
+    func crashWhileConnected() {
+        var h = Harness.connected()
+        h.advance(.seconds(10))
+        let left = h.send(.bluetoothdLeft)
+        #expect(left == [.queryBluetoothdUnit])
+        h.send(.adapterLost)
+        #expect(h.stateName(watch) == "adapterUnavailable")
+        h.advance(.milliseconds(30))
+        let out = h.send(.bluetoothdUnit(Self.segv))
+        let crash = BluetoothdCrash(at: .at(10), unit: Self.segv, action: "started again", attempt: 1, awaited: [watch])
+        #expect(out == [.bluetoothdReport(.crashed(crash)), .startBluetoothd])
+        #expect(h.machine.bluetoothd.phase == .starting)
+        h.advance(.seconds(1))
+        h.send(.bluetoothdBack)
+        #expect(h.machine.bluetoothd.phase == .present)
+        #expect(h.machine.bluetoothd.lastCrash?.backAt == .at(11.03))
+        // The new bluetoothd reports the kernel's link up but unresolved: it predates the new
+        // bluetoothd, which never resolves it: dropped at once, connected again after the backoff.
+        let ready = h.send(.adapterReady([watch: BlueZDeviceView(connected: true)]))
+        guard case .connecting(.backingOff, attempt: 1, let retry) = h.state(watch) else {
+            Issue.record("expected connecting (backing off), got \(String(describing: h.state(watch)))")
+            return
+        }
+        #expect(ready == [
+            .disconnect(watch),
+            .arm(retry),
+            .report(Report(kind: .stateChanged, device: watch, name: "Watch", from: "adapterUnavailable", to: "connecting",
+                           reason: "unresolvable-after-crash")),
+            .updateAutoConnect([ServiceUUID.heartRate]),
+        ])
+        h.send(.linkDown(watch, linkLoss))
+        h.fireNext()
+        h.connectSucceeded(watch)
+        h.send(.servicesResolved(watch))
+        h.send(.setUpLinkFinished(watch, failure: nil))
+        #expect(h.state(watch)?.isConnected == true)
+        #expect(h.machine.bluetoothd.lastCrash?.backTimes[watch] == h.now)
+        #expect(!h.log.persists, "a connected wearable's crash is nothing to remember")
+    }
+
+    @Test("after a stop (no crash) an adopted unresolved link gets the resolve countdown, as after a paird restart")
+    func noCrashNoDropAtOnce() {
+        var h = Harness.connected()
+        _ = bluetoothdDies(&h)
+        h.send(.bluetoothdUnit(Self.stopped))
+        h.send(.bluetoothdBack)
+        h.send(.adapterReady([watch: BlueZDeviceView(connected: true)]))
+        #expect(h.state(watch)?.countdown?.id.purpose == .resolve)
+        // and the crash mark is spent at the first reconciliation after a crash
+        _ = bluetoothdDies(&h)
+        h.send(.bluetoothdUnit(Self.segv))
+        h.send(.bluetoothdBack)
+        h.send(.adapterReady([watch: BlueZDeviceView()]))
+        h.send(.adapterLost)
+        h.send(.adapterReady([watch: BlueZDeviceView(connected: true)]))
+        #expect(h.state(watch)?.countdown?.id.purpose == .resolve)
+    }
+
+    @Test("an administrator's stop is respected: no start; started again by them → back")
+    func stopRespected() {
+        var h = Harness.connected()
+        _ = bluetoothdDies(&h)
+        let out = h.send(.bluetoothdUnit(Self.stopped))
+        #expect(out == [.bluetoothdReport(.stopped)])
+        #expect(h.machine.bluetoothd.phase == .stoppedByAdmin)
+        #expect(h.armed.isEmpty, "no timer: paird waits")
+        #expect(h.machine.bluetoothd.lastCrash == nil)
+        h.send(.bluetoothdBack)
+        #expect(h.machine.bluetoothd.phase == .present)
+    }
+
+    @Test("no systemd on the bus: waits, as without systemd")
+    func noSystemdWaits() {
+        var h = Harness.connected()
+        _ = bluetoothdDies(&h)
+        #expect(h.send(.bluetoothdUnit(nil)) == [.bluetoothdReport(.waiting(unit: nil))])
+        #expect(h.machine.bluetoothd.phase == .waiting(reason: "no systemd unit"))
+        #expect(h.armed.isEmpty)
+    }
+
+    @Test("systemd has not settled the unit yet: asked again after a short countdown, then decides")
+    func notSettledAskedAgain() {
+        var h = Harness.connected()
+        _ = bluetoothdDies(&h)
+        var out = h.send(.bluetoothdUnit(BluetoothdUnitState(activeState: "deactivating", result: "success")))
+        #expect(out.armedPurposes == [.unitQuery])
+        out = h.fireNext()
+        #expect(out == [.queryBluetoothdUnit])
+        out = h.send(.bluetoothdUnit(Self.segv))
+        #expect(out.contains(.startBluetoothd))
+    }
+
+    @Test("systemd never settles it: after the question limit, waits")
+    func neverSettles() {
+        var h = Harness.connected()
+        _ = bluetoothdDies(&h)
+        for _ in 0..<50 where h.machine.bluetoothd.phase.name == "gone" {
+            h.send(.bluetoothdUnit(BluetoothdUnitState(activeState: "active", result: "success")))
+            h.fireNext()
+        }
+        guard case .waiting = h.machine.bluetoothd.phase else {
+            Issue.record("expected waiting, got \(h.machine.bluetoothd.phase)")
+            return
+        }
+        #expect(h.armed.isEmpty)
+    }
+
+    @Test("a bluetoothd that exits at every start: starts at once, then after 2, 4, 8, 16 s, then gives up (cap 5)")
+    func backoffThenCap() {
+        var h = Harness.connected()
+        _ = bluetoothdDies(&h)
+        var startsAt: [Double] = []
+        var out = h.send(.bluetoothdUnit(Self.segv))
+        for _ in 0..<10 {
+            if out.contains(.startBluetoothd) {
+                startsAt.append(Double(h.now.uptimeNanoseconds - Moment.at(0).uptimeNanoseconds) / 1e9)
+                out = h.send(.bluetoothdStartFailed)
+                #expect(out == [.queryBluetoothdUnit])
+                out = h.send(.bluetoothdUnit(Self.exitAtStart))
+            } else if h.machine.bluetoothd.phase == .gaveUp {
+                break
+            } else {
+                out = h.fireNext()
+            }
+        }
+        #expect(startsAt == [0, 2, 6, 14, 30])
+        #expect(h.machine.bluetoothd.phase == .gaveUp)
+        #expect(h.machine.bluetoothd.lastCrash?.action == "gave up after 5 starts")
+        #expect(h.armed.isEmpty, "no more tries")
+    }
+
+    @Test("crashes far apart each get a start at once (the count begins anew after the window)")
+    func crashesFarApart() {
+        var h = Harness.connected()
+        for _ in 0..<8 {
+            _ = bluetoothdDies(&h)
+            #expect(h.send(.bluetoothdUnit(Self.segv)).contains(.startBluetoothd))
+            h.send(.bluetoothdBack)
+            h.advance(.seconds(600))
+        }
+    }
+
+    /// Two wearables: the watch's link is being set up (discovering), the ring is connected.
+    func twoWearables() -> Harness {
+        var h = Harness(state: PersistedState(devices: [
+            PersistedDevice(identity: DeviceIdentity(address: watch, name: "Watch", serviceUUIDs: [ServiceUUID.heartRate]),
+                            wanted: .connected, pairedAt: 0, updatedAt: 0),
+            PersistedDevice(identity: DeviceIdentity(address: ring, name: "Ring", serviceUUIDs: [ServiceUUID.heartRate]),
+                            wanted: .connected, pairedAt: 0, updatedAt: 0),
+        ]))
+        h.send(.adapterReady([watch: BlueZDeviceView(), ring: BlueZDeviceView(connected: true, servicesResolved: true)]))
+        h.send(.linkProven(ring))
+        h.send(.setUpLinkFinished(ring, failure: nil))
+        return h
+    }
+
+    @Test("bluetoothd dies twice on the watch's link set-up: remembered (persisted), then disarmed; the ring keeps its link")
+    func crashLoopDisarmed() {
+        var h = twoWearables()
+        h.send(.linkUp(watch))
+        #expect(h.stateName(watch) == "discovering")
+        _ = bluetoothdDies(&h)
+        var out = h.send(.bluetoothdUnit(Self.segv))
+        #expect(out.persists, "remembered in the state file")
+        #expect(h.machine.persistedState().devices.first { $0.address == watch }?.bluetoothdCrashedOnLink == true)
+        #expect(h.machine.persistedState().devices.first { $0.address == ring }?.bluetoothdCrashedOnLink == nil)
+        #expect(h.stateName(watch) == "adapterUnavailable", "one crash: still pursued")
+
+        h.send(.bluetoothdBack)
+        h.send(.adapterReady([watch: BlueZDeviceView(), ring: BlueZDeviceView(connected: true, servicesResolved: true)]))
+        h.send(.setUpLinkFinished(ring, failure: nil))
+        h.send(.linkUp(watch)) // the kernel's auto-connect: the link that kills bluetoothd
+        _ = bluetoothdDies(&h)
+        out = h.send(.bluetoothdUnit(Self.segv))
+        #expect(h.state(watch) == .needsRepair(reason: .bluetoothdCrashes))
+        #expect(out.reports(.needsRepair).map(\.reason) == ["bluetoothd-crashed"])
+        #expect(out.contains(.setTrusted(watch, false)))
+        #expect(out.armedPurposes == [.bluetoothdStart], "the other wearables still need bluetoothd (second start: after the backoff)")
+        #expect(h.machine.bluetoothd.lastCrash?.disarmed == [watch])
+
+        #expect(h.fireNext() == [.startBluetoothd])
+        h.send(.bluetoothdBack)
+        out = h.send(.adapterReady([watch: BlueZDeviceView(), ring: BlueZDeviceView(connected: true, servicesResolved: true)]))
+        #expect(out.contains(.setTrusted(watch, false)) && out.contains(.disconnect(watch)),
+                "the new bluetoothd has it Trusted again: disarmed again")
+        #expect(!out.contains(.disconnect(ring)))
+        h.send(.setUpLinkFinished(ring, failure: nil))
+        #expect(h.state(ring)?.isConnected == true)
+        #expect(h.state(watch) == .needsRepair(reason: .bluetoothdCrashes))
+        #expect(h.send(.linkUp(watch)).connects() == 0)
+    }
+
+    @Test("the memory survives a paird restart (state file)")
+    func rememberedAcrossRestart() {
+        var h = twoWearables()
+        h.send(.linkUp(watch))
+        _ = bluetoothdDies(&h)
+        h.send(.bluetoothdUnit(Self.segv))
+        var restarted = Harness(state: h.machine.persistedState())
+        restarted.send(.adapterReady([watch: BlueZDeviceView(), ring: BlueZDeviceView()]))
+        restarted.send(.linkUp(watch))
+        _ = bluetoothdDies(&restarted)
+        restarted.send(.bluetoothdUnit(Self.segv))
+        #expect(restarted.state(watch) == .needsRepair(reason: .bluetoothdCrashes))
+    }
+
+    @Test("a link that reaches connected after the crash clears the memory (persisted)")
+    func clearedWhenConnected() {
+        var h = twoWearables()
+        h.send(.linkUp(watch))
+        _ = bluetoothdDies(&h)
+        h.send(.bluetoothdUnit(Self.segv))
+        h.send(.bluetoothdBack)
+        h.send(.adapterReady([watch: BlueZDeviceView(), ring: BlueZDeviceView(connected: true, servicesResolved: true)]))
+        let out = h.linkComesUp(watch)
+        #expect(h.state(watch)?.isConnected == true)
+        #expect(out.persists)
+        #expect(h.machine.persistedState().devices.allSatisfy { $0.bluetoothdCrashedOnLink == nil })
+        // Crashing again while it is connected is no set-up crash.
+        h.send(.linkUp(watch))
+        _ = bluetoothdDies(&h)
+        h.send(.bluetoothdUnit(Self.segv))
+        #expect(h.state(watch) == .adapterUnavailable)
+    }
+
+    @Test("an administrator's stop during a set-up is no crash: nothing remembered")
+    func stopIsNoCrash() {
+        var h = twoWearables()
+        h.send(.linkUp(watch))
+        _ = bluetoothdDies(&h)
+        #expect(!h.send(.bluetoothdUnit(Self.stopped)).persists)
+        #expect(h.machine.persistedState().devices.allSatisfy { $0.bluetoothdCrashedOnLink == nil })
+    }
+}
