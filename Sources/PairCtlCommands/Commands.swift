@@ -515,10 +515,10 @@ enum StatusText {
 enum BluetoothdText {
     static func render(_ b: StatusDocument.Bluetoothd) -> String {
         var line = "bluetoothd: \(b.state)"
-        if let n = b.nextStartAt { line += ", next start at \(localTimestamp(n))" }
+        if let n = b.nextStartAt { line += ", next start at \(timestamp(n))" }
         if b.state == "stopped" { line += " (by an administrator: paird does not start it)" }
         if let c = b.lastCrash {
-            line += "; crashed at \(localTimestamp(c.at)) (\(c.cause)); \(c.action)"
+            line += "; crashed at \(timestamp(c.at)) (\(c.cause)); \(c.action)"
             if let s = c.backAfter { line += "; back after \(seconds(s))" }
             if c.wearables > 0 {
                 line += "; \(c.wearablesBack) of \(c.wearables) wearable(s) back"

@@ -191,7 +191,7 @@ public struct StatusDocument: Codable, Sendable, Hashable {
     public static let schemaVersion = 1
 
     enum CodingKeys: String, CodingKey {
-        case schemaVersion, daemon, adapter, pairing, devices
+        case schemaVersion, daemon, adapter, pairing, devices, bluetoothd
     }
 
     public init(from decoder: any Decoder) throws {
@@ -200,6 +200,7 @@ public struct StatusDocument: Codable, Sendable, Hashable {
         adapter = try c.decodeIfPresent(Adapter.self, forKey: .adapter)
         pairing = try c.decodeIfPresent(Pairing.self, forKey: .pairing)
         devices = try c.decode([Device].self, forKey: .devices)
+        bluetoothd = try c.decodeIfPresent(Bluetoothd.self, forKey: .bluetoothd)
     }
 
     public func encode(to encoder: any Encoder) throws {
