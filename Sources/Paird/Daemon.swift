@@ -224,6 +224,7 @@ public final class Daemon {
             battery[a] = nil
             bluez.removeDevice(a) { [unowned self] failure in
                 if let failure, failure != .deviceGone { log.warning("RemoveDevice \(a) failed: \(failure.token)") }
+                api?.unpairFinished(a)
             }
         case .startDiscovery(let request):
             bluez.startDiscovery(serviceUUIDs: request.serviceUUIDs, address: request.address) { [unowned self] failure in

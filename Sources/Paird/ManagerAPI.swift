@@ -21,6 +21,14 @@ final class ManagerAPI {
     private let backend: Backend
     /// The `Pair` call waiting for its session to end.
     private var pendingPair: MethodContext?
+    /// `Unpair` calls waiting for BlueZ's `RemoveDevice` to finish.
+    private var pendingUnpairs: [DeviceAddress: [MethodContext]] = [:]
+
+    /// BlueZ answered the `RemoveDevice` of an unpaired wearable (its object is gone, or BlueZ
+    /// could not be asked): the `Unpair` calls for it are answered.
+    func unpairFinished(_ a: DeviceAddress) {
+        for call in pendingUnpairs.removeValue(forKey: a) ?? [] { call.reply() }
+    }
 
     init(bus: DBusConnection, backend: Backend) {
         self.bus = bus
@@ -42,8 +50,11 @@ final class ManagerAPI {
             call.reply()
         }
         i.method("Unpair", in: "s") { [unowned self] args, call in
-            try submit(.userUnpair(try address(args)))
-            call.reply()
+            // Answered once BlueZ has removed the device (`unpairFinished`): a `pairctl pair` of
+            // the same wearable right after starts from nothing.
+            let a = try address(args)
+            try submit(.userUnpair(a))
+            pendingUnpairs[a, default: []].append(call)
         }
         i.method("Connect", in: "s") { [unowned self] args, call in
             try submit(.userConnect(try address(args)))
