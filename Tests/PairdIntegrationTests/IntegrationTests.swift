@@ -344,6 +344,34 @@ struct IntegrationTests {
         #expect(!text().contains("waitingForDevice"), "words, not the machine's names: \(text())")
     }
 
+    @Test("an answer nobody asked for, or during another caller's pairing, is refused (NotAsked)")
+    func answersOnlyFromThePairCaller() throws {
+        let host = try MockedHost()
+        try host.startPaird()
+        func answer(_ method: String, _ arg: String) -> String {
+            host.python("""
+                try:
+                    b.call_blocking('org.paird1', '/org/paird1', 'org.paird1.Manager1', '\(method)', \(arg))
+                    print('ok')
+                except dbus.exceptions.DBusException as e:
+                    print(e.get_dbus_name())
+                """).out.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        // No pairing at all.
+        #expect(answer("AnswerPasskey", "'u', [123456]") == "org.paird1.Error.NotAsked")
+        #expect(answer("AnswerConfirmation", "'b', [True]") == "org.paird1.Error.NotAsked")
+        #expect(answer("AnswerPasskey", "'u', [1234567]") == "org.paird1.Error.InvalidArguments")
+        // A pairing started by another caller (pairctl). The mock asks no agent questions, so this
+        // shows the refusal, not which check made it (the sender's or "no question waiting").
+        try host.addDevice(watch)
+        let pairing = host.start(MockedHost.pairctlBin, ["pair", watch, "--timeout", "5"])
+        try waitFor("the pairing running", deadline: 10) { (try? host.status().pairing) != nil }
+        #expect(answer("AnswerPasskey", "'u', [123456]") == "org.paird1.Error.NotAsked")
+        _ = host.pairctl("status")
+        kill(pairing.process.processIdentifier, SIGINT)
+        _ = pairing.finish()
+    }
+
     @Test("a corrupt state file is moved aside and paird runs on")
     func corruptStateFile() throws {
         let host = try MockedHost()
