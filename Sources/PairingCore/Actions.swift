@@ -226,14 +226,13 @@ public struct MachineConfig: Sendable, Hashable {
     public var adapter: String = "hci0"
     public var jitterSeed: UInt64 = 0x5EED
     /// After a bluetoothd crash: the first start at once, then these delays (2, 4, 8, 16 s) before
-    /// each further one while it keeps crashing within `bluetoothdCrashWindow` of paird's last start.
+    /// each further one while it dies before its adapter was ever ready (it dies at each start).
+    /// A bluetoothd that was ready and then crashed starts the count anew: one that crashes on a
+    /// wearable's link is the crash-loop rule's (`RepairReason.bluetoothdCrashes`), and systemd's
+    /// own start limit (`StartLimitBurst`) still ends a loop of starts (`start-limit-hit`: paird waits).
     public var bluetoothdRestart = Backoff(initial: .seconds(2), maximum: .seconds(60), jitter: 0)
-    /// Starts within the window before paird stops starting it (and says so).
+    /// Starts in a row that never reached a ready adapter before paird stops (and says so).
     public var bluetoothdRestartCap: Int = 5
-    /// A crash longer than this after paird's last start begins the count anew: only a
-    /// bluetoothd that dies soon after each start is backed off and capped (one that crashes on
-    /// a wearable's link is the crash-loop rule's). On the bed a start is ready in ~1 s.
-    public var bluetoothdCrashWindow: Duration = .seconds(10)
 
     public init() {}
 

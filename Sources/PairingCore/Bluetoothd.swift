@@ -91,7 +91,7 @@ public struct BluetoothdWatch: Sendable, Hashable {
         case stoppedByAdmin
         /// Gone for a reason paird does not act on (no systemd, another failure): waits.
         case waiting(reason: String)
-        /// It kept dying: `restartCap` starts within `crashWindow`; paird waits for someone else.
+        /// It kept dying before it was ever ready: `bluetoothdRestartCap` starts; paird waits for someone else.
         case gaveUp
 
         public var name: String {
@@ -118,7 +118,7 @@ public struct BluetoothdWatch: Sendable, Hashable {
     public internal(set) var phase: Phase = .present
     /// When it left the bus this time (nil while present).
     public internal(set) var goneSince: Moment?
-    /// Starts paird made since the last crash that came after a quiet `crashWindow`.
+    /// Starts paird made since the adapter was last ready (a bluetoothd dying at each start).
     public internal(set) var starts = 0
     public internal(set) var lastStartAt: Moment?
     /// Devices whose link was being set up when it left (their link may be what killed it).

@@ -40,7 +40,6 @@ extension PairingMachine {
             bluetoothd.phase = .waiting(reason: "systemd restarts it")
             crashed(unit!, action: "systemd restarts it", attempt: nil, now, &actions)
         case .crashed:
-            if let last = bluetoothd.lastStartAt, now.since(last) <= config.bluetoothdCrashWindow {} else { bluetoothd.starts = 0 }
             let attempt = bluetoothd.starts + 1
             if bluetoothd.starts >= config.bluetoothdRestartCap {
                 bluetoothd.phase = .gaveUp
