@@ -58,18 +58,32 @@ public struct Pairctl: ParsableCommand {
 
 /// The address argument shared by unpair/connect/disconnect: optional when exactly one device is paired.
 struct DeviceArgument: ParsableArguments {
-    @Argument(help: ArgumentHelp("The wearable's address, AA:BB:CC:DD:EE:FF. May be left out when only one is paired.",
-                                 valueName: "address"))
+    @Argument(help: ArgumentHelp("The wearable's address (its identity address, AA:BB:CC:DD:EE:FF) or its name as status shows it. May be left out when only one is paired.",
+                                 valueName: "address|name"))
     var address: String?
 
+    /// Text made of hex digits and separators is meant as an address: a malformed one is an
+    /// argument error, not a name that matches nothing.
+    static func looksLikeAddress(_ s: String) -> Bool {
+        s.unicodeScalars.filter { $0 == ":" || $0 == "-" }.count >= 4 && !s.contains(" ")
+    }
+
     func validate() throws {
-        if let a = address, DeviceAddress(a) == nil {
-            throw ValidationError("\"\(a)\" is not a Bluetooth address (expected AA:BB:CC:DD:EE:FF)")
+        if let a = address, DeviceAddress(a) == nil, Self.looksLikeAddress(a) || trimmed(a).isEmpty {
+            throw ValidationError("\"\(a)\" is not a Bluetooth address (expected AA:BB:CC:DD:EE:FF) or a name")
         }
     }
 
     func resolve(_ client: PairdClient) throws -> DeviceAddress {
         if let text = address, let a = DeviceAddress(text) { return a }
+        if let name = address {
+            let named = try client.status().devices.filter { $0.name.lowercased() == name.lowercased() }
+            switch named.count {
+            case 1: return DeviceAddress(named[0].address)!
+            case 0: throw PairctlError(.unknownDevice, "no paired wearable is named \"\(name)\" (pairctl list)")
+            default: throw PairctlError(.usage, "\(named.count) wearables are named \"\(name)\": give the address (\(named.map(\.address).joined(separator: ", ")))")
+            }
+        }
         let devices = try client.status().devices
         switch devices.count {
         case 1: return DeviceAddress(devices[0].address)!

@@ -66,7 +66,7 @@ struct IntegrationTests {
         try waitFor("paird to drop an unwanted link", deadline: 10) { host.calls("Disconnect") == 2 }
         #expect(host.calls("Connect") == connectsBefore)
 
-        #expect(host.pairctl("connect", watch).status == 0)
+        #expect(host.pairctl("connect", "watch").status == 0, "by its name, as status shows it (any case)")
         // The mock has no kernel auto-connect: paird's own Connect() comes when the 5 s head start ends.
         try waitFor("a Connect after pairctl connect", deadline: 15) { host.calls("Connect") == connectsBefore + 1 }
 
@@ -77,6 +77,7 @@ struct IntegrationTests {
         #expect(try host.status().devices.isEmpty)
         #expect(try PersistedState.decode(Data(contentsOf: URL(fileURLWithPath: host.statePath))).devices.isEmpty)
         #expect(host.pairctl("connect", watch).status == 7, "unknown device after unpair")
+        #expect(host.pairctl("connect", "Watch").status == 7, "no wearable of that name either")
     }
 
     @Test("status properties: Get gives the devices' states; a change comes as PropertiesChanged")

@@ -14,6 +14,8 @@ struct PairctlUsageTests {
             (["pair", "--timeout", "-1"], "'-1' is invalid", "pairctl pair --help"),   // not "Missing value"
             (["pair", "--name", ""], "--name needs some text", "pairctl pair --help"),
             (["pair", "--passkey", "12345"], "--passkey must be 6 digits", "pairctl pair --help"),
+            (["disconnect", "00:11:22:33:44:GG"], "not a Bluetooth address", "pairctl disconnect --help"),
+            (["unpair", "00-11-22-33-44-55x"], "not a Bluetooth address", "pairctl unpair --help"),
         ] {
             let r = host.run(MockedHost.pairctlBin, args)
             #expect(r.status == 64, "\(args)")
