@@ -56,22 +56,24 @@ struct BluetoothdCrashTests {
         #expect(h.machine.bluetoothd.phase == .present)
         #expect(h.machine.bluetoothd.lastCrash?.backAt == .at(11.03))
         // The new bluetoothd reports the kernel's link up but unresolved: it predates the new
-        // bluetoothd, which never resolves it: dropped at once, connected again after the backoff.
+        // bluetoothd, which never resolves it: dropped at once; the new link is the auto-connect's
+        // (its head start, then one Connect() of paird's own).
         let ready = h.send(.adapterReady([watch: BlueZDeviceView(connected: true)]))
-        guard case .connecting(.backingOff, attempt: 1, let retry) = h.state(watch) else {
-            Issue.record("expected connecting (backing off), got \(String(describing: h.state(watch)))")
+        guard case .waitingForDevice(.fallbackDue(let headStart)) = h.state(watch) else {
+            Issue.record("expected waitingForDevice (fallback due), got \(String(describing: h.state(watch)))")
             return
         }
+        #expect(headStart.deadline == h.now + MachineConfig().autoConnectHeadStart)
         #expect(ready == [
             .disconnect(watch),
-            .arm(retry),
-            .report(Report(kind: .stateChanged, device: watch, name: "Watch", from: "adapterUnavailable", to: "connecting",
+            .arm(headStart),
+            .report(Report(kind: .stateChanged, device: watch, name: "Watch", from: "adapterUnavailable", to: "waitingForDevice",
                            reason: "unresolvable-after-crash")),
             .updateAutoConnect([ServiceUUID.heartRate]),
         ])
-        h.send(.linkDown(watch, linkLoss))
-        h.fireNext()
-        h.connectSucceeded(watch)
+        #expect(h.send(.linkDown(watch, linkLoss)).connects() == 0, "the dropped link goes: no Connect racing the auto-connect")
+        h.advance(.seconds(1))
+        h.send(.linkUp(watch))
         h.send(.servicesResolved(watch))
         h.send(.setUpLinkFinished(watch, failure: nil))
         #expect(h.state(watch)?.isConnected == true)
