@@ -9,8 +9,8 @@ struct BluetoothdCrashTests {
     let watch = Harness.watch
     let ring = Harness.ring
 
-    static let segv = BluetoothdUnitState(activeState: "failed", result: "core-dump", execMainCode: 3, execMainStatus: 11)
-    static let exitAtStart = BluetoothdUnitState(activeState: "failed", result: "exit-code", execMainCode: 1, execMainStatus: 1)
+    static let segv = BluetoothdUnitState(activeState: "failed", result: "core-dump", execMainCode: 3, execMainStatus: 11, execMainStart: 100)
+    static let exitAtStart = BluetoothdUnitState(activeState: "failed", result: "exit-code", execMainCode: 1, execMainStatus: 1, execMainStart: 200)
     static let stopped = BluetoothdUnitState(activeState: "inactive", result: "success", execMainCode: 2, execMainStatus: 15)
 
     @Test("systemd's view → the decision", arguments: [
@@ -49,8 +49,11 @@ struct BluetoothdCrashTests {
         h.advance(.milliseconds(30))
         let out = h.send(.bluetoothdUnit(Self.segv))
         let crash = BluetoothdCrash(at: .at(10), unit: Self.segv, action: "started again", attempt: 1, awaited: [watch])
-        #expect(out == [.bluetoothdReport(.crashed(crash)), .startBluetoothd])
-        #expect(h.machine.bluetoothd.phase == .starting)
+        guard case .starting(polls: 0, let poll?) = h.machine.bluetoothd.phase else {
+            Issue.record("expected starting, got \(h.machine.bluetoothd.phase)")
+            return
+        }
+        #expect(out == [.bluetoothdReport(.crashed(crash)), .startBluetoothd, .arm(poll)])
         h.advance(.seconds(1))
         h.send(.bluetoothdBack)
         #expect(h.machine.bluetoothd.phase == .present)
@@ -158,7 +161,7 @@ struct BluetoothdCrashTests {
             if out.contains(.startBluetoothd) {
                 startsAt.append(Double(h.now.uptimeNanoseconds - Moment.at(0).uptimeNanoseconds) / 1e9)
                 out = h.send(.bluetoothdStartFailed)
-                #expect(out == [.queryBluetoothdUnit])
+                #expect(out.last == .queryBluetoothdUnit)
                 out = h.send(.bluetoothdUnit(Self.exitAtStart))
             } else if h.machine.bluetoothd.phase == .gaveUp {
                 break
@@ -170,6 +173,37 @@ struct BluetoothdCrashTests {
         #expect(h.machine.bluetoothd.phase == .gaveUp)
         #expect(h.machine.bluetoothd.lastCrash?.action == "gave up after 5 starts")
         #expect(h.armed.isEmpty, "no more tries")
+    }
+
+    @Test("a start that fails is seen from systemd's next run of the unit, not from dbus-daemon's 25 s activation timeout")
+    func failedStartSeenFromSystemd() {
+        var h = Harness.connected()
+        _ = bluetoothdDies(&h)
+        #expect(h.send(.bluetoothdUnit(Self.segv)).contains(.startBluetoothd))
+        #expect(h.fireNext() == [.queryBluetoothdUnit], "a second later: has the start failed?")
+        // systemd has not run it yet (still the crashed run), then is starting it: ask again.
+        #expect(h.send(.bluetoothdUnit(Self.segv)).armedPurposes == [.unitQuery])
+        h.fireNext()
+        #expect(h.send(.bluetoothdUnit(BluetoothdUnitState(activeState: "activating", result: "success", execMainStart: 200)))
+            .armedPurposes == [.unitQuery])
+        h.fireNext()
+        // The new run exited: the next try follows the backoff.
+        let out = h.send(.bluetoothdUnit(Self.exitAtStart))
+        #expect(out.armedPurposes == [.bluetoothdStart])
+        #expect(h.machine.bluetoothd.lastCrash?.action == "start 2 in 2.0 s")
+        // dbus-daemon's late answer to the first start changes nothing.
+        #expect(h.send(.bluetoothdStartFailed) == [])
+    }
+
+    @Test("a start that works: bluetoothd back, the polling ends")
+    func startWorks() {
+        var h = Harness.connected()
+        _ = bluetoothdDies(&h)
+        h.send(.bluetoothdUnit(Self.segv))
+        let out = h.send(.bluetoothdBack)
+        #expect(out.count == 1, "the poll countdown cancelled")
+        #expect(h.machine.bluetoothd.phase == .present)
+        #expect(h.armed.isEmpty)
     }
 
     @Test("a bluetoothd that served (adapter ready) and then crashed gets a start at once, however often")
