@@ -84,6 +84,31 @@ struct BluetoothdCrashTests {
         #expect(!h.log.persists, "a connected wearable's crash is nothing to remember")
     }
 
+    @Test("after a crash, the kept link reported Connected just after reconciliation gets the resolve countdown; later links the discovery one")
+    func keptLinkReportedLate() {
+        var h = Harness.connected()
+        _ = bluetoothdDies(&h)
+        h.send(.bluetoothdUnit(Self.segv))
+        h.send(.bluetoothdBack)
+        h.send(.adapterReady([watch: BlueZDeviceView()]))
+        #expect(h.stateName(watch) == "waitingForDevice")
+        h.advance(.milliseconds(40))
+        h.send(.linkUp(watch))
+        let resolve = h.state(watch)!.countdown!
+        #expect(resolve.id.purpose == .resolve)
+        let out = h.fireNext()
+        #expect(h.now == resolve.deadline)
+        #expect(out.disconnects == 1 && h.stateName(watch) == "connecting")
+        // The next link is an ordinary one: the discovery countdown.
+        h.send(.linkDown(watch, linkLoss))
+        h.fireNext()
+        h.connectSucceeded(watch)
+        #expect(h.state(watch)?.countdown?.id.purpose == .discovery)
+        h.send(.linkDown(watch, linkLoss))
+        h.send(.linkUp(watch))
+        #expect(h.state(watch)?.countdown?.id.purpose == .discovery)
+    }
+
     @Test("after a stop (no crash) an adopted unresolved link gets the resolve countdown, as after a paird restart")
     func noCrashNoDropAtOnce() {
         var h = Harness.connected()
