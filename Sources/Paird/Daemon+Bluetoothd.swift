@@ -30,7 +30,8 @@ extension Daemon {
                     }
                     let unit = BluetoothdUnitState(activeState: active, result: result,
                                                    execMainCode: serviceProps["ExecMainCode"]?.int32 ?? 0,
-                                                   execMainStatus: serviceProps["ExecMainStatus"]?.int32 ?? 0)
+                                                   execMainStatus: serviceProps["ExecMainStatus"]?.int32 ?? 0,
+                                                   execMainStart: serviceProps["ExecMainStartTimestampMonotonic"]?.uint64 ?? 0)
                     log.debug("systemd: \(Self.bluetoothUnit) \(unit)")
                     feed(.bluetoothdUnit(unit))
                 }

@@ -10,12 +10,16 @@ public struct BluetoothdUnitState: Sendable, Hashable {
     /// 3 CLD_DUMPED (status = signal number); 0 when it has not exited.
     public var execMainCode: Int32
     public var execMainStatus: Int32
+    /// `ExecMainStartTimestampMonotonic`: which run of bluetoothd these facts are about (a start
+    /// paird asked for shows as a new value).
+    public var execMainStart: UInt64
 
-    public init(activeState: String, result: String, execMainCode: Int32 = 0, execMainStatus: Int32 = 0) {
+    public init(activeState: String, result: String, execMainCode: Int32 = 0, execMainStatus: Int32 = 0, execMainStart: UInt64 = 0) {
         self.activeState = activeState
         self.result = result
         self.execMainCode = execMainCode
         self.execMainStatus = execMainStatus
+        self.execMainStart = execMainStart
     }
 
     /// "SIGSEGV" for a killed or dumped main process, "exit status 1" for one that exited, nil before.
@@ -85,8 +89,9 @@ public struct BluetoothdWatch: Sendable, Hashable {
         case asking(queries: Int, countdown: Countdown?)
         /// Crashed: `StartServiceByName(org.bluez)` at the countdown.
         case restartDue(Countdown)
-        /// `StartServiceByName` in flight.
-        case starting
+        /// `StartServiceByName` in flight; systemd is asked at the countdown whether that start
+        /// failed (dbus-daemon answers a failed activation only after its 25 s timeout on the bed).
+        case starting(polls: Int, countdown: Countdown?)
         /// Stopped by an administrator: paird does not start it.
         case stoppedByAdmin
         /// Gone for a reason paird does not act on (no systemd, another failure): waits.
@@ -110,7 +115,8 @@ public struct BluetoothdWatch: Sendable, Hashable {
             switch self {
             case .asking(_, let c): c
             case .restartDue(let c): c
-            case .present, .starting, .stoppedByAdmin, .waiting, .gaveUp: nil
+            case .starting(_, let c): c
+            case .present, .stoppedByAdmin, .waiting, .gaveUp: nil
             }
         }
     }
@@ -128,6 +134,12 @@ public struct BluetoothdWatch: Sendable, Hashable {
     /// It crashed since the adapter was last ready: a link found up and unresolved at the next
     /// reconciliation predates the new bluetoothd and is dropped at once (`reconcile`).
     var crashedSinceReady = false
+    /// Devices linked when bluetoothd crashed whose first link since has not come up yet: the
+    /// new bluetoothd may report the kernel's kept (and never resolving) link as `Connected` just
+    /// after the reconciliation, so that first link gets the resolve countdown, not the discovery one.
+    var firstLinkAfterCrash: Set<DeviceAddress> = []
+    /// `execMainStart` of the run that crashed: a failed start shows a different one.
+    var crashedRun: UInt64?
     /// The last crash, for the journal and `pairctl status`.
     public internal(set) var lastCrash: BluetoothdCrash?
 

@@ -46,10 +46,16 @@ extension PairingMachine {
         } else if view.connected {
             slots[i].ownDrop = nil
             let link = Link(upAt: now, resolved: view.servicesResolved, adoptedUnresolved: !view.servicesResolved)
+            bluetoothd.firstLinkAfterCrash.remove(a)
             if !view.servicesResolved, bluetoothd.crashedSinceReady {
                 // The kernel kept the link through a bluetoothd crash: the new bluetoothd made no
-                // ATT channel on it and never resolves it (bed: 6 of 6). Drop it now.
-                return dropUnusableLink(i, link, now, &actions, reason: "unresolvable-after-crash")
+                // ATT channel on it and never resolves it (bed run 1: 2 of 2). Drop it now, and
+                // leave the new link to the auto-connect (head start, then Connect): a Connect()
+                // while the old link is still up (it took 2.5 s to go on the bed) is answered at
+                // once by it and only adds a round (BENCHMARKS.md §5).
+                slots[i].ownDrop = Link(upAt: now)
+                actions.append(.disconnect(a))
+                return restoreConnect(i, now, &actions, reason: "unresolvable-after-crash")
             }
             // Unresolved, it gets the short resolve countdown: after a bluetoothd crash such a
             // link may have no ATT channel and would otherwise wait out the discovery timeout.
@@ -65,11 +71,11 @@ extension PairingMachine {
     /// the user's `connect`: the kernel's auto-connect first (the wearable may be advertising right
     /// now), one Connect() of our own when `autoConnectHeadStart` runs out, as after any wait;
     /// 0 = Connect() at once.
-    mutating func restoreConnect(_ i: Int, _ now: Moment, _ actions: inout [Action]) {
+    mutating func restoreConnect(_ i: Int, _ now: Moment, _ actions: inout [Action], reason: String? = nil) {
         guard headStartNanos > 0 else { return startConnect(i, attempt: 1, now, &actions) }
         let a = slots[i].address
         move(i, to: .waitingForDevice(.fallbackDue(countdown: countdown(.device(a), .fallbackConnect, now.advanced(byNanoseconds: headStartNanos)))),
-             now, &actions)
+             now, &actions, reason: reason)
     }
 
     /// BlueZ arms the kernel's auto-connect for a bonded device offering a service our registered

@@ -7,6 +7,9 @@ extension PairingMachine {
     static let unitQueryInterval: Duration = .milliseconds(250)
     /// At most this many questions (5 s): then paird waits, as without systemd.
     static let unitQueryLimit = 20
+    /// While a start runs, systemd is asked this often whether it failed, at most `startPollLimit` times.
+    static let startPollInterval: Duration = .seconds(1)
+    static let startPollLimit = 60
 
     mutating func bluetoothdLeft(_ now: Moment, _ actions: inout [Action]) {
         if let c = bluetoothd.phase.countdown { actions.append(.cancel(c.id)) }
@@ -20,6 +23,19 @@ extension PairingMachine {
     }
 
     mutating func bluetoothdUnit(_ unit: BluetoothdUnitState?, _ now: Moment, _ actions: inout [Action]) {
+        if case .starting(let polls, nil) = bluetoothd.phase {
+            // A start runs: did systemd already fail a new run? Else ask again in a moment.
+            let failedNewRun = unit.map { $0.execMainStart != bluetoothd.crashedRun && BluetoothdExit.classify($0) == .crashed } ?? false
+            if !failedNewRun {
+                guard polls < Self.startPollLimit else { return } // the StartServiceByName reply decides
+                let c = countdown(.bluetoothd, .unitQuery, now + Self.startPollInterval)
+                bluetoothd.phase = .starting(polls: polls, countdown: c)
+                actions.append(.arm(c))
+                return
+            }
+            bluetoothd.goneSince = now
+            bluetoothd.phase = .asking(queries: 1, countdown: nil)
+        }
         guard case .asking(let queries, let pending) = bluetoothd.phase else { return } // stale answer
         if let pending { actions.append(.cancel(pending.id)) }
         switch BluetoothdExit.classify(unit) {
@@ -40,6 +56,7 @@ extension PairingMachine {
             bluetoothd.phase = .waiting(reason: "systemd restarts it")
             crashed(unit!, action: "systemd restarts it", attempt: nil, now, &actions)
         case .crashed:
+            bluetoothd.crashedRun = unit!.execMainStart
             let attempt = bluetoothd.starts + 1
             if bluetoothd.starts >= config.bluetoothdRestartCap {
                 bluetoothd.phase = .gaveUp
@@ -60,14 +77,17 @@ extension PairingMachine {
     mutating func startBluetoothd(_ now: Moment, _ actions: inout [Action]) {
         bluetoothd.starts += 1
         bluetoothd.lastStartAt = now
-        bluetoothd.phase = .starting
+        let c = countdown(.bluetoothd, .unitQuery, now + Self.startPollInterval)
+        bluetoothd.phase = .starting(polls: 0, countdown: c)
         actions.append(.startBluetoothd)
+        actions.append(.arm(c))
     }
 
     /// `StartServiceByName` failed (the unit failed to start): ask systemd again, which decides
     /// the next try (or the cap).
     mutating func bluetoothdStartFailed(_ now: Moment, _ actions: inout [Action]) {
-        guard case .starting = bluetoothd.phase else { return }
+        guard case .starting(_, let c) = bluetoothd.phase else { return }
+        if let c { actions.append(.cancel(c.id)) }
         bluetoothd.phase = .asking(queries: 1, countdown: nil)
         actions.append(.queryBluetoothdUnit)
     }
@@ -87,7 +107,10 @@ extension PairingMachine {
             actions.append(.queryBluetoothdUnit)
         case .restartDue:
             startBluetoothd(now, &actions)
-        case .present, .starting, .stoppedByAdmin, .waiting, .gaveUp:
+        case .starting(let polls, _):
+            bluetoothd.phase = .starting(polls: polls + 1, countdown: nil)
+            actions.append(.queryBluetoothdUnit)
+        case .present, .stoppedByAdmin, .waiting, .gaveUp:
             assertionFailure("bluetoothd countdown \(id) fired in \(bluetoothd.phase.name)")
         }
     }
@@ -116,6 +139,7 @@ extension PairingMachine {
         if remembered { actions.append(.persist) }
         bluetoothd.settingUpAtLoss = []
         bluetoothd.crashedSinceReady = true
+        bluetoothd.firstLinkAfterCrash = Set(crash.awaited)
         bluetoothd.lastCrash = crash
         actions.append(.bluetoothdReport(.crashed(crash)))
     }

@@ -51,4 +51,18 @@ struct BluetoothdReportTests {
         #expect(try StatusDocument.decode(doc.json()).bluetoothd == b, "round trip")
         #expect(try StatusDocument.decode(#"{"daemon":{"running":true},"devices":[]}"#).bluetoothd == nil, "an older paird's status reads")
     }
+
+    @Test("status --json says when paird's next start of bluetoothd is")
+    func nextStart() {
+        var m = PairingMachine(now: .at(0))
+        let exitAtStart = BluetoothdUnitState(activeState: "failed", result: "exit-code", execMainCode: 1, execMainStatus: 1, execMainStart: 7)
+        _ = m.handle(.bluetoothdLeft, now: .at(0))
+        _ = m.handle(.bluetoothdUnit(segv), now: .at(0))       // started at once
+        _ = m.handle(.bluetoothdStartFailed, now: .at(1))
+        _ = m.handle(.bluetoothdUnit(exitAtStart), now: .at(1)) // the next one after the backoff
+        let doc = StatusDocument(machine: m, adapter: nil, configuredAdapter: "", battery: [:], now: .at(1))
+        #expect(doc.bluetoothd?.state == "restarting")
+        #expect(doc.bluetoothd?.nextStartAt == Date(timeIntervalSince1970: Moment.at(3).unixTime))
+        #expect(doc.bluetoothd?.lastCrash?.action == "start 2 in 2.0 s")
+    }
 }

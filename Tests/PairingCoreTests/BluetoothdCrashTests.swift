@@ -9,8 +9,8 @@ struct BluetoothdCrashTests {
     let watch = Harness.watch
     let ring = Harness.ring
 
-    static let segv = BluetoothdUnitState(activeState: "failed", result: "core-dump", execMainCode: 3, execMainStatus: 11)
-    static let exitAtStart = BluetoothdUnitState(activeState: "failed", result: "exit-code", execMainCode: 1, execMainStatus: 1)
+    static let segv = BluetoothdUnitState(activeState: "failed", result: "core-dump", execMainCode: 3, execMainStatus: 11, execMainStart: 100)
+    static let exitAtStart = BluetoothdUnitState(activeState: "failed", result: "exit-code", execMainCode: 1, execMainStatus: 1, execMainStart: 200)
     static let stopped = BluetoothdUnitState(activeState: "inactive", result: "success", execMainCode: 2, execMainStatus: 15)
 
     @Test("systemd's view → the decision", arguments: [
@@ -49,34 +49,64 @@ struct BluetoothdCrashTests {
         h.advance(.milliseconds(30))
         let out = h.send(.bluetoothdUnit(Self.segv))
         let crash = BluetoothdCrash(at: .at(10), unit: Self.segv, action: "started again", attempt: 1, awaited: [watch])
-        #expect(out == [.bluetoothdReport(.crashed(crash)), .startBluetoothd])
-        #expect(h.machine.bluetoothd.phase == .starting)
+        guard case .starting(polls: 0, let poll?) = h.machine.bluetoothd.phase else {
+            Issue.record("expected starting, got \(h.machine.bluetoothd.phase)")
+            return
+        }
+        #expect(out == [.bluetoothdReport(.crashed(crash)), .startBluetoothd, .arm(poll)])
         h.advance(.seconds(1))
         h.send(.bluetoothdBack)
         #expect(h.machine.bluetoothd.phase == .present)
         #expect(h.machine.bluetoothd.lastCrash?.backAt == .at(11.03))
         // The new bluetoothd reports the kernel's link up but unresolved: it predates the new
-        // bluetoothd, which never resolves it: dropped at once, connected again after the backoff.
+        // bluetoothd, which never resolves it: dropped at once; the new link is the auto-connect's
+        // (its head start, then one Connect() of paird's own).
         let ready = h.send(.adapterReady([watch: BlueZDeviceView(connected: true)]))
-        guard case .connecting(.backingOff, attempt: 1, let retry) = h.state(watch) else {
-            Issue.record("expected connecting (backing off), got \(String(describing: h.state(watch)))")
+        guard case .waitingForDevice(.fallbackDue(let headStart)) = h.state(watch) else {
+            Issue.record("expected waitingForDevice (fallback due), got \(String(describing: h.state(watch)))")
             return
         }
+        #expect(headStart.deadline == h.now + MachineConfig().autoConnectHeadStart)
         #expect(ready == [
             .disconnect(watch),
-            .arm(retry),
-            .report(Report(kind: .stateChanged, device: watch, name: "Watch", from: "adapterUnavailable", to: "connecting",
+            .arm(headStart),
+            .report(Report(kind: .stateChanged, device: watch, name: "Watch", from: "adapterUnavailable", to: "waitingForDevice",
                            reason: "unresolvable-after-crash")),
             .updateAutoConnect([ServiceUUID.heartRate]),
         ])
-        h.send(.linkDown(watch, linkLoss))
-        h.fireNext()
-        h.connectSucceeded(watch)
+        #expect(h.send(.linkDown(watch, linkLoss)).connects() == 0, "the dropped link goes: no Connect racing the auto-connect")
+        h.advance(.seconds(1))
+        h.send(.linkUp(watch))
         h.send(.servicesResolved(watch))
         h.send(.setUpLinkFinished(watch, failure: nil))
         #expect(h.state(watch)?.isConnected == true)
         #expect(h.machine.bluetoothd.lastCrash?.backTimes[watch] == h.now)
         #expect(!h.log.persists, "a connected wearable's crash is nothing to remember")
+    }
+
+    @Test("after a crash, the kept link reported Connected just after reconciliation gets the resolve countdown; later links the discovery one")
+    func keptLinkReportedLate() {
+        var h = Harness.connected()
+        _ = bluetoothdDies(&h)
+        h.send(.bluetoothdUnit(Self.segv))
+        h.send(.bluetoothdBack)
+        h.send(.adapterReady([watch: BlueZDeviceView()]))
+        #expect(h.stateName(watch) == "waitingForDevice")
+        h.advance(.milliseconds(40))
+        h.send(.linkUp(watch))
+        let resolve = h.state(watch)!.countdown!
+        #expect(resolve.id.purpose == .resolve)
+        let out = h.fireNext()
+        #expect(h.now == resolve.deadline)
+        #expect(out.disconnects == 1 && h.stateName(watch) == "connecting")
+        // The next link is an ordinary one: the discovery countdown.
+        h.send(.linkDown(watch, linkLoss))
+        h.fireNext()
+        h.connectSucceeded(watch)
+        #expect(h.state(watch)?.countdown?.id.purpose == .discovery)
+        h.send(.linkDown(watch, linkLoss))
+        h.send(.linkUp(watch))
+        #expect(h.state(watch)?.countdown?.id.purpose == .discovery)
     }
 
     @Test("after a stop (no crash) an adopted unresolved link gets the resolve countdown, as after a paird restart")
@@ -156,7 +186,7 @@ struct BluetoothdCrashTests {
             if out.contains(.startBluetoothd) {
                 startsAt.append(Double(h.now.uptimeNanoseconds - Moment.at(0).uptimeNanoseconds) / 1e9)
                 out = h.send(.bluetoothdStartFailed)
-                #expect(out == [.queryBluetoothdUnit])
+                #expect(out.last == .queryBluetoothdUnit)
                 out = h.send(.bluetoothdUnit(Self.exitAtStart))
             } else if h.machine.bluetoothd.phase == .gaveUp {
                 break
@@ -168,6 +198,37 @@ struct BluetoothdCrashTests {
         #expect(h.machine.bluetoothd.phase == .gaveUp)
         #expect(h.machine.bluetoothd.lastCrash?.action == "gave up after 5 starts")
         #expect(h.armed.isEmpty, "no more tries")
+    }
+
+    @Test("a start that fails is seen from systemd's next run of the unit, not from dbus-daemon's 25 s activation timeout")
+    func failedStartSeenFromSystemd() {
+        var h = Harness.connected()
+        _ = bluetoothdDies(&h)
+        #expect(h.send(.bluetoothdUnit(Self.segv)).contains(.startBluetoothd))
+        #expect(h.fireNext() == [.queryBluetoothdUnit], "a second later: has the start failed?")
+        // systemd has not run it yet (still the crashed run), then is starting it: ask again.
+        #expect(h.send(.bluetoothdUnit(Self.segv)).armedPurposes == [.unitQuery])
+        h.fireNext()
+        #expect(h.send(.bluetoothdUnit(BluetoothdUnitState(activeState: "activating", result: "success", execMainStart: 200)))
+            .armedPurposes == [.unitQuery])
+        h.fireNext()
+        // The new run exited: the next try follows the backoff.
+        let out = h.send(.bluetoothdUnit(Self.exitAtStart))
+        #expect(out.armedPurposes == [.bluetoothdStart])
+        #expect(h.machine.bluetoothd.lastCrash?.action == "start 2 in 2.0 s")
+        // dbus-daemon's late answer to the first start changes nothing.
+        #expect(h.send(.bluetoothdStartFailed) == [])
+    }
+
+    @Test("a start that works: bluetoothd back, the polling ends")
+    func startWorks() {
+        var h = Harness.connected()
+        _ = bluetoothdDies(&h)
+        h.send(.bluetoothdUnit(Self.segv))
+        let out = h.send(.bluetoothdBack)
+        #expect(out.count == 1, "the poll countdown cancelled")
+        #expect(h.machine.bluetoothd.phase == .present)
+        #expect(h.armed.isEmpty)
     }
 
     @Test("a bluetoothd that served (adapter ready) and then crashed gets a start at once, however often")
