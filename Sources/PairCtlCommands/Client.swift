@@ -142,6 +142,14 @@ func padded(_ s: String, _ width: Int) -> String {
     s.count >= width ? s : s + String(repeating: " ", count: width - s.count)
 }
 
+/// pairctl's one JSON style: compact (one object per line), sorted keys, RFC 3339 UTC times.
+func compactJSON<T: Encodable>(_ value: T) -> String {
+    let e = JSONEncoder()
+    e.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+    e.dateEncodingStrategy = .iso8601
+    return (try? e.encode(value)).map { String(decoding: $0, as: UTF8.self) } ?? "{}"
+}
+
 /// Lower-case hex, two digits per byte.
 func hex(_ bytes: [UInt8]) -> String {
     let digits = Array("0123456789abcdef")

@@ -150,12 +150,7 @@ struct List: ParsableCommand {
 struct ListDocument: Encodable {
     var schemaVersion = StatusDocument.schemaVersion
     var devices: [StatusDocument.Device]
-    func json() -> String {
-        let e = JSONEncoder()
-        e.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        e.dateEncodingStrategy = .iso8601
-        return (try? e.encode(self)).map { String(decoding: $0, as: UTF8.self) } ?? "{}"
-    }
+    func json() -> String { compactJSON(self) }
 
     /// A follow mode's line for something that is not a status document (paird gone / back).
     static func event(_ name: String) -> String {

@@ -152,11 +152,7 @@ struct Pair: ParsableCommand {
         return (parts.first ?? text, name)
     }
 
-    static func jsonLine(_ fields: [String: String]) -> String {
-        let e = JSONEncoder()
-        e.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return (try? String(decoding: e.encode(fields), as: UTF8.self)) ?? "{}"
-    }
+    static func jsonLine(_ fields: [String: String]) -> String { compactJSON(fields) }
 }
 
 /// `s` without leading and trailing spaces, tabs and carriage returns.

@@ -71,7 +71,7 @@ extension PairingMachine {
 
     mutating func pairAnswered(_ a: DeviceAddress, _ call: UInt64, failure: BlueZFailure?, _ now: Moment, _ actions: inout [Action]) {
         if abandonedPairs[a] == call {
-            cleanUpAbandonedPair(a, failure: failure, &actions)
+            cleanUpAbandonedPair(a, &actions)
             return
         }
         guard var p = pairing, case .pairing(let c, call, let question) = p.phase, c.address == a else { return }
@@ -84,7 +84,7 @@ extension PairingMachine {
                  .alreadyExists, .deviceGone, .notConnected, .other:
                 endPairing(.failed(failure.token), now, &actions)
             }
-            if abandonedPairs[a] == call { cleanUpAbandonedPair(a, failure: failure, &actions) } // BlueZ is done now
+            if abandonedPairs[a] == call { cleanUpAbandonedPair(a, &actions) } // BlueZ is done now
             return
         }
         // Bonded. Record identity and intent, trust it, and bring the link to `connected`.
@@ -138,7 +138,7 @@ extension PairingMachine {
     /// The answer to the `Pair()` of a session that already ended (canceled, timed out, nobody to
     /// answer its question): BlueZ is done with it, so its link and device object can go. One that
     /// bonded after all (its answer crossed our cancel) goes too: nobody asked to keep it.
-    mutating func cleanUpAbandonedPair(_ a: DeviceAddress, failure: BlueZFailure?, _ actions: inout [Action]) {
+    mutating func cleanUpAbandonedPair(_ a: DeviceAddress, _ actions: inout [Action]) {
         abandonedPairs[a] = nil
         guard slot[a] == nil else { return }
         actions.append(.disconnect(a))

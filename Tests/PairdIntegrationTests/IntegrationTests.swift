@@ -368,7 +368,6 @@ struct IntegrationTests {
         let pairing = host.start(MockedHost.pairctlBin, ["pair", watch, "--timeout", "5"])
         try waitFor("the pairing running", deadline: 10) { (try? host.status().pairing) != nil }
         #expect(answer("AnswerPasskey", "'u', [123456]") == "org.paird1.Error.NotAsked")
-        _ = host.pairctl("status")
         kill(pairing.process.processIdentifier, SIGINT)
         _ = pairing.finish()
     }

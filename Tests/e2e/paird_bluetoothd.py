@@ -5,10 +5,6 @@ without help; the adapter powered off and on (btmgmt) → the same."""
 from bedlib import *
 
 
-def states(watch, since):
-    return [l.split(" state ", 1)[1].split()[0] for l in watch.lines("state")[since:]]
-
-
 @scenario
 def main():
     w = Wearable.start(name="Pulse-1", battery=87)
@@ -26,9 +22,9 @@ def main():
         t = now()
         bluetoothd("restart")
         log(f"bluetoothd back after {now() - t:.2f} s")
-        wait_for(lambda: "adapterUnavailable" in states(watch, n), 20, "state adapterUnavailable in pairctl watch")
+        wait_for(lambda: "adapterUnavailable" in watch.states(n), 20, "state adapterUnavailable in pairctl watch")
         p.wait_state("connected", 60)
-        log(f"connected {now() - t:.2f} s after the restart began; states: {' → '.join(states(watch, n))}")
+        log(f"connected {now() - t:.2f} s after the restart began; states: {' → '.join(watch.states(n))}")
         check(p.status()["adapter"]["present"], "adapter present again")
     with step("notifications after the bluetoothd restart"):
         m = len(watch.lines("notify"))
@@ -37,7 +33,7 @@ def main():
     with step("adapter powered off (btmgmt) → adapterUnavailable, powered: false"):
         n = len(watch.lines("state"))
         sh("btmgmt --index 0 power off")
-        wait_for(lambda: "adapterUnavailable" in states(watch, n), 20, "adapterUnavailable")
+        wait_for(lambda: "adapterUnavailable" in watch.states(n), 20, "adapterUnavailable")
         st = p.status()
         check(st["adapter"]["powered"] is False, f"status adapter: {st['adapter']}")
         check(st["devices"][0]["state"] == "adapterUnavailable", f"device state {st['devices'][0]['state']}")
@@ -45,7 +41,7 @@ def main():
         t = now()
         sh("btmgmt --index 0 power on")
         p.wait_state("connected", 60)
-        log(f"connected {now() - t:.2f} s after power on; states: {' → '.join(states(watch, n))}")
+        log(f"connected {now() - t:.2f} s after power on; states: {' → '.join(watch.states(n))}")
         m = len(watch.lines("notify"))
         wait_for(lambda: len(watch.lines("notify")) >= m + 2, 20, "2 new notify lines")
 
@@ -53,7 +49,7 @@ def main():
         c = Central("hci0")
         n = len(watch.lines("state"))
         c.set(c.apath, "Powered", dbus.Boolean(False), iface=ADAPTER)
-        wait_for(lambda: "adapterUnavailable" in states(watch, n), 20, "adapterUnavailable")
+        wait_for(lambda: "adapterUnavailable" in watch.states(n), 20, "adapterUnavailable")
         t = now()
         c.set(c.apath, "Powered", dbus.Boolean(True), iface=ADAPTER)
         p.wait_state("connected", 60)

@@ -14,28 +14,13 @@ import statistics
 
 from bedlib import *
 
-MSG_CRASHED = "d0a3d6329a8b43d596a93330a3ea7cba"
-MSG_DOWN = "9fe0a6f8edf440708400f4e405af5550"
 CRASHES = int(os.environ.get("BED_X_CRASHES", "6"))
 MOMENTS = ["connected", "discovering", "away"]
 
 
-def journal(mid):
-    out = sh("journalctl -u paird.service -o json --no-pager", check=False)
-    return [e for e in (json.loads(l) for l in out.splitlines() if l.startswith("{")) if e.get("MESSAGE_ID") == mid]
-
-
-def btd_pid():
-    return int(sh("systemctl show -p MainPID --value bluetooth.service").strip() or 0)
-
-
-def btd_active():
-    return sh("systemctl is-active bluetooth.service", check=False).strip() == "active"
-
-
 def segv():
     """kill -SEGV bluetoothd's main process; returns (pid, time of the kill)."""
-    pid = btd_pid()
+    pid = bluetoothd_pid()
     check(pid > 0, f"bluetoothd running (pid {pid})")
     t = now()
     os.kill(pid, 11)
@@ -44,12 +29,8 @@ def segv():
 
 def wait_back(pid, t):
     """bluetoothd back with a new pid, started by nobody but paird; returns seconds since t."""
-    wait_for(lambda: btd_active() and btd_pid() not in (0, pid), 60, "bluetoothd active again, new pid", interval=0.1)
+    wait_for(lambda: bluetoothd_active() and bluetoothd_pid() not in (0, pid), 60, "bluetoothd active again, new pid", interval=0.1)
     return now() - t
-
-
-def states(watch, since):
-    return [l.split(" state ", 1)[1].split()[0] for l in watch.lines("state")[since:]]
 
 
 @scenario
@@ -70,7 +51,7 @@ def main():
         with step(f"crash {k + 1}/{CRASHES} ({moment}): kill -SEGV bluetoothd → back without a command, wearable notifying"):
             p.wait_state("connected", 60)
             n_state, n_notify = len(watch.lines("state")), len(watch.lines("notify"))
-            crashes_before = len(journal(MSG_CRASHED))
+            crashes_before = len(journal_entries(MSG_BLUETOOTHD_CRASHED))
             if moment == "away":
                 w.cmd("walk-away")
                 p.wait_state("waitingForDevice", 20)
@@ -81,17 +62,17 @@ def main():
                 p.wait_state("waitingForDevice", 20)
                 n_state = len(watch.lines("state"))
                 w.cmd("come-back")
-                wait_for(lambda: "discovering" in states(watch, n_state) or "connected" in states(watch, n_state),
+                wait_for(lambda: "discovering" in watch.states(n_state) or "connected" in watch.states(n_state),
                          30, "the link being set up (discovering)")
                 pid, t = segv()
-                log(f"killed after states {' → '.join(states(watch, n_state))}")
+                log(f"killed after states {' → '.join(watch.states(n_state))}")
             else:
                 wait_for(lambda: len(watch.lines("notify")) >= n_notify + 1, 15, "notifying before the crash")
                 n_notify = len(watch.lines("notify"))
                 pid, t = segv()
             back = wait_back(pid, t)
             back_times.append(back)
-            log(f"bluetoothd back {back:.2f} s after the crash (pid {pid} → {btd_pid()})")
+            log(f"bluetoothd back {back:.2f} s after the crash (pid {pid} → {bluetoothd_pid()})")
             if moment == "away":
                 wait_for(lambda: p.status()["adapter"]["powered"], 30, "adapter back in paird's status")
                 bed_sleep(1, "away a moment longer")
@@ -104,8 +85,8 @@ def main():
             if moment != "away":
                 notify_times.append(dt)
             log(f"first notification {dt:.2f} s after {'come-back' if moment == 'away' else 'the crash'}; "
-                f"states: {' → '.join(states(watch, n_state))}")
-            e = wait_for(lambda: journal(MSG_CRASHED)[crashes_before:], 10, "a crash journal entry")
+                f"states: {' → '.join(watch.states(n_state))}")
+            e = wait_for(lambda: journal_entries(MSG_BLUETOOTHD_CRASHED)[crashes_before:], 10, "a crash journal entry")
             check(len(e) == 1, f"one crash entry: {e[0].get('MESSAGE')!r} "
                   f"(RESULT={e[0].get('PAIRD_BLUETOOTHD_RESULT')}, EXIT={e[0].get('PAIRD_BLUETOOTHD_EXIT')})")
             check(e[0].get("PAIRD_BLUETOOTHD_EXIT") == "SIGSEGV", "the journal names SIGSEGV")
@@ -119,12 +100,12 @@ def main():
         check(st["devices"][0]["state"] == "connected", "the wearable connected")
 
     with step("systemctl stop bluetooth → paird does not start it and says so"):
-        n_down = len(journal(MSG_DOWN))
+        n_down = len(journal_entries(MSG_BLUETOOTHD_DOWN))
         sh("systemctl stop bluetooth.service", timeout=60)
-        e = wait_for(lambda: journal(MSG_DOWN)[n_down:], 15, "paird's 'bluetoothd gone, not started' entry")
+        e = wait_for(lambda: journal_entries(MSG_BLUETOOTHD_DOWN)[n_down:], 15, "paird's 'bluetoothd gone, not started' entry")
         log(f"journal: {e[0].get('MESSAGE')!r}")
         wait_for(lambda: (p.status().get("bluetoothd") or {}).get("state") == "stopped", 10, "status bluetoothd: stopped")
-        check(not btd_active(), "bluetooth.service still inactive after paird decided")
+        check(not bluetoothd_active(), "bluetooth.service still inactive after paird decided")
         check(p.status()["devices"][0]["state"] == "adapterUnavailable", "the wearable adapterUnavailable")
     with step("systemctl start bluetooth → connected again, notifying"):
         n_notify = len(watch.lines("notify"))

@@ -5,29 +5,9 @@ whenever one wearable's link comes up (kill -SEGV as soon as paird reports its l
 up). paird starts bluetoothd again after each crash, and after the second crash on that
 wearable's set-up disarms it: needsRepair (bluetoothd-crashed), no further link, bluetoothd stays
 up. (One wearable: "another wearable stays connected" is shown by the unit tests only.)"""
-import json
 import os
 
 from bedlib import *
-
-MSG_CRASHED = "d0a3d6329a8b43d596a93330a3ea7cba"
-
-
-def journal(mid):
-    out = sh("journalctl -u paird.service -o json --no-pager", check=False)
-    return [e for e in (json.loads(l) for l in out.splitlines() if l.startswith("{")) if e.get("MESSAGE_ID") == mid]
-
-
-def btd_pid():
-    return int(sh("systemctl show -p MainPID --value bluetooth.service").strip() or 0)
-
-
-def btd_active():
-    return sh("systemctl is-active bluetooth.service", check=False).strip() == "active"
-
-
-def states(watch, since):
-    return [l.split(" state ", 1)[1].split()[0] for l in watch.lines("state")[since:]]
 
 
 @scenario
@@ -49,33 +29,33 @@ def main():
         t0 = now()
         w.cmd("come-back")
         while len(kills) < 4:
-            got = wait_for(lambda: ("discovering" if "discovering" in states(watch, n) else None)
+            got = wait_for(lambda: ("discovering" if "discovering" in watch.states(n) else None)
                            or ("needsRepair" if p.state() == "needsRepair" else None), 60,
                            "the link being set up, or needsRepair")
             if got == "needsRepair":
                 break
-            pid = btd_pid()
+            pid = bluetoothd_pid()
             os.kill(pid, 11)
             kills.append(now() - t0)
-            log(f"kill {len(kills)}: SIGSEGV to bluetoothd {pid} at {now() - t0:.2f} s; states {' → '.join(states(watch, n))}")
+            log(f"kill {len(kills)}: SIGSEGV to bluetoothd {pid} at {now() - t0:.2f} s; states {' → '.join(watch.states(n))}")
             n = len(watch.lines("state"))
-            wait_for(lambda: p.state() == "needsRepair" or (btd_active() and btd_pid() not in (0, pid)), 60,
+            wait_for(lambda: p.state() == "needsRepair" or (bluetoothd_active() and bluetoothd_pid() not in (0, pid)), 60,
                      "bluetoothd started again by paird (or the wearable disarmed)", interval=0.1)
         d = p.device()
-        log(f"after {len(kills)} crash(es): state {d['state']}; states {' → '.join(states(watch, 0)[-8:])}")
+        log(f"after {len(kills)} crash(es): state {d['state']}; states {' → '.join(watch.states(0)[-8:])}")
         check(len(kills) <= 2, f"{len(kills)} crashes (at most two)")
         check(d["state"] == "needsRepair", "needsRepair")
     with step("disarmed: the journal names it, bluetoothd back, no further link"):
-        e = [x for x in journal(MSG_CRASHED) if x.get("PAIRD_DISARMED")]
+        e = [x for x in journal_entries(MSG_BLUETOOTHD_CRASHED) if x.get("PAIRD_DISARMED")]
         check(e and w.address in e[-1]["PAIRD_DISARMED"], f"crash entry names it: {e[-1].get('MESSAGE') if e else None!r}")
         wait_for(btd_active, 60, "bluetoothd running again")
         rc, out, _ = p.pairctl("status")
         log("pairctl status:\n" + "\n".join(f"  | {l}" for l in out.splitlines()))
         n = len(watch.lines("state"))
         bed_sleep(15, "the wearable keeps advertising; nothing may link it now")
-        check("discovering" not in states(watch, n) and p.state() == "needsRepair",
-              f"no link in 15 s; states since: {states(watch, n)}")
-        check(btd_active(), "bluetoothd still running: the loop is broken")
+        check("discovering" not in watch.states(n) and p.state() == "needsRepair",
+              f"no link in 15 s; states since: {watch.states(n)}")
+        check(bluetoothd_active(), "bluetoothd still running: the loop is broken")
 
 
 main()

@@ -9,13 +9,7 @@ import os
 
 from bedlib import *
 
-MSG_CRASHED = "d0a3d6329a8b43d596a93330a3ea7cba"
 DROPIN = "/etc/systemd/system/bluetooth.service.d/zz-exit-at-start.conf"
-
-
-def journal(mid):
-    out = sh("journalctl -u paird.service -o json --no-pager", check=False)
-    return [e for e in (json.loads(l) for l in out.splitlines() if l.startswith("{")) if e.get("MESSAGE_ID") == mid]
 
 
 @scenario
@@ -38,7 +32,7 @@ def main():
         st = wait_for(lambda: (lambda b: b if b and b.get("state") == "gave-up" else None)(p.status().get("bluetoothd")),
                       120, "paird gives up (status bluetoothd: gave-up)", interval=0.5)
         log(f"gave up {now() - t0:.2f} s after the crash; status --json bluetoothd: {json.dumps(st)}")
-        entries = journal(MSG_CRASHED)
+        entries = journal_entries(MSG_BLUETOOTHD_CRASHED)
         t_first = int(entries[0]["__MONOTONIC_TIMESTAMP"])
         for e in entries:
             log(f"  +{(int(e['__MONOTONIC_TIMESTAMP']) - t_first) / 1e6:6.2f} s  {e.get('PAIRD_BLUETOOTHD_EXIT')}: {e.get('PAIRD_BLUETOOTHD_ACTION')}")

@@ -9,10 +9,6 @@ per scenario (see paird_passkey); --confirm: paird_confirm_flag."""
 from bedlib import *
 
 
-def paired_in_bluez(address):
-    c = Central("hci0")
-    d = c.device_by_address(address)
-    return bool(d and c.prop(d, "Paired"))
 
 
 @scenario

@@ -14,10 +14,6 @@ from bedlib import *
 PASSKEY = "246810"
 
 
-def paired_in_bluez(address):
-    c = Central("hci0")
-    d = c.device_by_address(address)
-    return bool(d and c.prop(d, "Paired"))
 
 
 @scenario

@@ -11,10 +11,6 @@ from bedlib import *
 PASSKEY = "135790"
 
 
-def paired_in_bluez(address):
-    c = Central("hci0")
-    d = c.device_by_address(address)
-    return bool(d and c.prop(d, "Paired"))
 
 
 @scenario

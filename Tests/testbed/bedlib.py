@@ -888,6 +888,10 @@ class PairctlWatch:
             ls = f.read().splitlines()[since:]
         return [line for line in ls if kind is None or f" {kind} " in f" {line} "]
 
+    def states(self, since=0):
+        """The states of the `state` lines after the first `since` of them."""
+        return [l.split(" state ", 1)[1].split()[0] for l in self.lines("state")[since:]]
+
     def count(self):
         return len(self.lines())
 
@@ -895,6 +899,32 @@ class PairctlWatch:
         if self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(5)
+
+
+MSG_BLUETOOTHD_CRASHED = "d0a3d6329a8b43d596a93330a3ea7cba"   # paird's MESSAGE_IDs (Systemd.swift)
+MSG_BLUETOOTHD_DOWN = "9fe0a6f8edf440708400f4e405af5550"
+
+
+def journal_entries(message_id, unit="paird.service"):
+    """The unit's journal entries (systemd mode) with this MESSAGE_ID, as dicts."""
+    out = sh(f"journalctl -u {unit} -o json --no-pager", check=False)
+    return [e for e in (json.loads(l) for l in out.splitlines() if l.startswith("{")) if e.get("MESSAGE_ID") == message_id]
+
+
+def bluetoothd_pid():
+    """bluetooth.service's main PID (systemd mode); 0 when it is not running."""
+    return int(sh("systemctl show -p MainPID --value bluetooth.service").strip() or 0)
+
+
+def bluetoothd_active():
+    return sh("systemctl is-active bluetooth.service", check=False).strip() == "active"
+
+
+def paired_in_bluez(address, adapter="hci0"):
+    """Whether bluetoothd holds a bond for `address` on the central's adapter."""
+    c = Central(adapter)
+    d = c.device_by_address(address)
+    return bool(d and c.prop(d, "Paired"))
 
 
 class Terminal:
