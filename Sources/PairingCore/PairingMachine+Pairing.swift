@@ -75,8 +75,7 @@ extension PairingMachine {
             return
         }
         guard var p = pairing, case .pairing(let c, call, let question) = p.phase, c.address == a else { return }
-        if let q = question { actions.append(.answerAgent(request: q.request, .reject("pairing ended"))) }
-        if let failure, failure != .alreadyExists {
+        if let failure, failure != .alreadyExists { // endPairing refuses a question still open
             switch failure {
             case .authentication, .authenticationAborted:
                 endPairing(.authenticationFailed(failure.token), now, &actions)
@@ -87,6 +86,7 @@ extension PairingMachine {
             if abandonedPairs[a] == call { cleanUpAbandonedPair(a, &actions) } // BlueZ is done now
             return
         }
+        if let q = question { actions.append(.answerAgent(request: q.request, .reject("pairing ended"))) }
         // Bonded. Record identity and intent, trust it, and bring the link to `connected`.
         var uuids = Set(p.request.serviceUUIDs)
         uuids.formUnion(c.serviceUUIDs)
@@ -158,11 +158,10 @@ extension PairingMachine {
         case .scanning(let restart):
             actions.append(.cancel(restart.countdown.id))
             actions.append(.stopDiscovery)
-        case .pairing(let c, let phaseCall, let question):
+        case .pairing(let c, let call, let question):
             // The question goes first: BlueZ answers CancelPairing only once its agent call is done.
             if let q = question { actions.append(.answerAgent(request: q.request, .reject("pairing ended"))) }
             actions.append(.cancelPairing(c.address))
-            let call = phaseCall
             if !outcome.succeeded, !c.bonded, slot[c.address] == nil {
                 // Nothing half-paired stays behind, and no link, once BlueZ has answered the
                 // Pair() (`cleanUpAbandonedPair`): a link left up after a failed pairing makes
