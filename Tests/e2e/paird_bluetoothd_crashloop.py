@@ -48,7 +48,7 @@ def main():
     with step("disarmed: the journal names it, bluetoothd back, no further link"):
         e = [x for x in journal_entries(MSG_BLUETOOTHD_CRASHED) if x.get("PAIRD_DISARMED")]
         check(e and w.address in e[-1]["PAIRD_DISARMED"], f"crash entry names it: {e[-1].get('MESSAGE') if e else None!r}")
-        wait_for(btd_active, 60, "bluetoothd running again")
+        wait_for(bluetoothd_active, 60, "bluetoothd running again")
         rc, out, _ = p.pairctl("status")
         log("pairctl status:\n" + "\n".join(f"  | {l}" for l in out.splitlines()))
         n = len(watch.lines("state"))
