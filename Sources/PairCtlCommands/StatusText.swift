@@ -31,7 +31,8 @@ enum StatusText {
     /// The state in words, with the next step where there is one.
     static func describe(_ d: StatusDocument.Device) -> String {
         switch d.state {
-        case "needsRepair": "needs pairing again: run `pairctl pair \(d.address)`"
+        case "needsRepair":
+            "needs pairing again\(d.repairReason.map { " (\(RepairReason(rawValue: $0)?.explanation ?? $0))" } ?? ""): run `pairctl pair \(d.address)`"
         case "disconnected": "disconnected (as you asked): `pairctl connect \(d.address)` to bring it back"
         case "waitingForDevice": "out of range: paird reconnects it when it comes back"
         case "adapterUnavailable": "Bluetooth unavailable: paird reconnects it when the adapter is back"

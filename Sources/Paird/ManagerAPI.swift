@@ -226,6 +226,9 @@ final class ManagerAPI {
         case .timedOut(let phase): call.fail(DBusError(name: PairdAPI.Error.timeout, message: "timed out while \(phase)"))
         case .canceled: call.fail(DBusError(name: PairdAPI.Error.canceled, message: "pairing canceled"))
         case .adapterUnavailable: call.fail(DBusError(name: PairdAPI.Error.adapterUnavailable, message: "no usable Bluetooth adapter"))
+        case .adapterLost:
+            call.fail(DBusError(name: PairdAPI.Error.adapterUnavailable,
+                                message: "Bluetooth went away during the pairing (bluetoothd stopped or crashed, or the adapter was removed): the wearable is not paired; pair again once `pairctl status` shows the adapter back"))
         case .needsUserInput(let why): call.fail(DBusError(name: PairdAPI.Error.needsInput, message: why))
         case .failed(let why): call.fail(DBusError(name: PairdAPI.Error.failed, message: why))
         }

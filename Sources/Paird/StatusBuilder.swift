@@ -31,7 +31,8 @@ extension StatusDocument {
                 lastDisconnect: d.lastDisconnect.map { .init(reason: $0.reason, at: wall($0.at)) },
                 reconnectAttempts: d.reconnectAttempts, battery: battery[d.address].map(Int.init),
                 services: d.identity.serviceUUIDs, autoConnect: machine.autoConnectArmed.contains(d.address),
-                nextDeadline: d.state.countdown.map { wall($0.deadline) })
+                nextDeadline: d.state.countdown.map { wall($0.deadline) },
+                repairReason: { if case .needsRepair(let r) = d.state { r.token } else { nil } }())
         }
         let w = machine.bluetoothd
         let crash = w.lastCrash.map { c -> Bluetoothd.Crash in

@@ -106,6 +106,9 @@ public enum PairingOutcome: Sendable, Hashable {
     case timedOut(phase: String)
     case canceled
     case adapterUnavailable
+    /// Bluetooth went away while the session ran (bluetoothd stopped or crashed, the adapter
+    /// was removed): the wearable is not paired with paird; pair again once it is back.
+    case adapterLost
     /// The wearable asked a question (the text says which) that nobody can answer: no answer
     /// given in advance and no terminal to ask on.
     case needsUserInput(String)
@@ -114,7 +117,7 @@ public enum PairingOutcome: Sendable, Hashable {
     public var succeeded: Bool {
         switch self {
         case .success, .alreadyPaired: true
-        case .noDeviceFound, .authenticationFailed, .timedOut, .canceled, .adapterUnavailable, .needsUserInput, .failed: false
+        case .noDeviceFound, .authenticationFailed, .timedOut, .canceled, .adapterUnavailable, .adapterLost, .needsUserInput, .failed: false
         }
     }
 }
@@ -128,7 +131,7 @@ public enum PairingOutcome: Sendable, Hashable {
 ///                    noDeviceFound   authenticationFailed   success
 ///                                    / failed                (timeout: timedOut)
 ///   ─ any phase: countdown → timedOut / noDeviceFound; cancel → canceled;
-///     adapter gone → adapterUnavailable; unpair while settling → canceled
+///     adapter gone → adapterLost; unpair while settling → canceled
 /// ```
 /// Each phase carries the session's one countdown (`countdown`); the device, once paired, is a
 /// `ManagedDevice` that the session only watches until it is `connected`.

@@ -162,8 +162,24 @@ public enum RepairReason: String, Sendable, Hashable, CaseIterable {
     /// bluetoothd crashed twice while this wearable's link was being set up: its link presumably
     /// triggers a BlueZ bug, and reconnecting would drive a crash loop. Pairing it again helps.
     case bluetoothdCrashes = "bluetoothd-crashed"
+    /// bluetoothd came back from a crash without the device or its bond (one made just before
+    /// the crash and not yet stored, or a store it could not read back).
+    case bondLostInCrash = "bond-lost-in-crash"
 
     public var token: String { rawValue }
+
+    /// What `pairctl status` says of it, after "needs pairing again".
+    public var explanation: String {
+        switch self {
+        case .deviceRemoved: "BlueZ no longer has it (removed outside paird)"
+        case .bondRemoved: "BlueZ no longer holds its bond"
+        case .authentication: "its stored key was refused: the wearable forgot the bond (reset, or paired elsewhere)"
+        case .deviceGone: "BlueZ no longer has it"
+        case .suspectedBondLoss: "its links kept failing before it answered: it probably forgot the bond"
+        case .bluetoothdCrashes: "bluetoothd crashed twice connecting to it"
+        case .bondLostInCrash: "bluetoothd came back from a crash without its bond"
+        }
+    }
 
     /// The reason behind a request failure that `ConnectFailureClassifier` calls `.bondLost`.
     public init(bondFailure failure: BlueZFailure) {

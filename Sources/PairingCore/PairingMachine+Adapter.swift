@@ -26,6 +26,7 @@ extension PairingMachine {
                 break // already in step with BlueZ
             }
         }
+        cleanUpLeftoverPairs(now, &actions)
         bluetoothd.crashedSinceReady = false
         bluetoothd.starts = 0 // it served: a later crash is not one of a bluetoothd dying at each start
         // Sent even if unchanged: a bluetoothd that came back holds no registration of ours.
@@ -39,10 +40,11 @@ extension PairingMachine {
         let d = slots[i]
         if d.wanted == .disconnected {
             move(i, to: .disconnected, now, &actions)
-        } else if !view.exists {
-            move(i, to: .needsRepair(reason: .deviceRemoved), now, &actions)
-        } else if !view.bonded {
-            move(i, to: .needsRepair(reason: .bondRemoved), now, &actions)
+        } else if !view.exists || !view.bonded {
+            // After a crash the bond is what the crash took (a bond made just before it, not yet
+            // stored): the reason says so. Either way the wearable waits for `pairctl pair`.
+            let reason: RepairReason = bluetoothd.crashedSinceReady ? .bondLostInCrash : view.exists ? .bondRemoved : .deviceRemoved
+            move(i, to: .needsRepair(reason: reason), now, &actions)
         } else if view.connected {
             slots[i].ownDrop = nil
             let link = Link(upAt: now, resolved: view.servicesResolved, adoptedUnresolved: !view.servicesResolved)
@@ -106,6 +108,6 @@ extension PairingMachine {
                 break
             }
         }
-        endPairing(.adapterUnavailable, now, &actions)
+        endPairing(.adapterLost, now, &actions)
     }
 }

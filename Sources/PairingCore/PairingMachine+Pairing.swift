@@ -70,8 +70,11 @@ extension PairingMachine {
     }
 
     mutating func pairAnswered(_ a: DeviceAddress, _ call: UInt64, failure: BlueZFailure?, _ now: Moment, _ actions: inout [Action]) {
+        if failure == .noReply, abandonedPairs[a] == call || isPairing(a, call) {
+            leftoverPairs[a] = now // bluetoothd died with the Pair() in flight, or will not answer
+        }
         if abandonedPairs[a] == call {
-            cleanUpAbandonedPair(a, &actions)
+            cleanUpAbandonedPair(a, now, &actions)
             return
         }
         guard var p = pairing, case .pairing(let c, call, let question) = p.phase, c.address == a else { return }
@@ -83,7 +86,7 @@ extension PairingMachine {
                  .alreadyExists, .deviceGone, .notConnected, .other:
                 endPairing(.failed(failure.token), now, &actions)
             }
-            if abandonedPairs[a] == call { cleanUpAbandonedPair(a, &actions) } // BlueZ is done now
+            if abandonedPairs[a] == call { cleanUpAbandonedPair(a, now, &actions) } // BlueZ is done now
             return
         }
         if let q = question { actions.append(.answerAgent(request: q.request, .reject("pairing ended"))) }
@@ -138,11 +141,26 @@ extension PairingMachine {
     /// The answer to the `Pair()` of a session that already ended (canceled, timed out, nobody to
     /// answer its question): BlueZ is done with it, so its link and device object can go. One that
     /// bonded after all (its answer crossed our cancel) goes too: nobody asked to keep it.
-    mutating func cleanUpAbandonedPair(_ a: DeviceAddress, _ actions: inout [Action]) {
+    mutating func cleanUpAbandonedPair(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
         abandonedPairs[a] = nil
         guard slot[a] == nil else { return }
+        if !adapterUp { leftoverPairs[a] = now }
         actions.append(.disconnect(a))
         actions.append(.removeDevice(a))
+    }
+
+    /// The adapter is back: what abandoned pairs may have left on the new bluetoothd (see
+    /// `leftoverPairs`) goes. A device paired meanwhile (managed again) is left alone.
+    mutating func cleanUpLeftoverPairs(_ now: Moment, _ actions: inout [Action]) {
+        for (a, at) in leftoverPairs.sorted(by: { $0.key < $1.key }) where slot[a] == nil && now.since(at) < Self.leftoverPairWindow {
+            actions.append(.disconnect(a))
+            actions.append(.removeDevice(a))
+        }
+        leftoverPairs = [:]
+    }
+
+    func isPairing(_ a: DeviceAddress, _ call: UInt64) -> Bool {
+        if let p = pairing, case .pairing(let c, call, _) = p.phase, c.address == a { true } else { false }
     }
 
     mutating func discoveryFailed(_ f: BlueZFailure, _ now: Moment, _ actions: inout [Action]) {
@@ -168,6 +186,7 @@ extension PairingMachine {
                 // BlueZ, reading a protected characteristic, start a pairing of its own that
                 // nobody answers (seen on the bed with a passkey watch).
                 abandonedPairs[c.address] = call
+                if outcome == .adapterLost { leftoverPairs[c.address] = now }
             }
         case .settling: break
         }

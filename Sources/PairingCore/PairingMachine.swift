@@ -33,6 +33,13 @@ public struct PairingMachine: Sendable {
     /// `Pair()` calls of ended sessions still in flight, by device: when BlueZ answers one (its
     /// bonding over), what it left behind (a link, a half-made device) is removed.
     var abandonedPairs: [DeviceAddress: UInt64] = [:]
+    /// Abandoned pairs whose clean-up went to a bluetoothd that was going away (the session ended
+    /// because Bluetooth went away, or the Pair() got no reply): the next bluetoothd may still
+    /// show the pairing's link (the kernel keeps it through a crash) and, while it lasts, the
+    /// wearable does not advertise. Cleaned up again when the adapter is back, if that is within
+    /// `leftoverPairWindow` (a Pair() without reply from a bluetoothd that stayed is none of this).
+    var leftoverPairs: [DeviceAddress: Moment] = [:]
+    static let leftoverPairWindow: Duration = .seconds(120)
     public internal(set) var adapterUp = false
     /// The devices BlueZ's auto-connect is armed for now (`Event.autoConnectArmed`).
     public internal(set) var autoConnectArmed: Set<DeviceAddress> = []

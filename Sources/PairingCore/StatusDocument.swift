@@ -70,10 +70,13 @@ public struct StatusDocument: Codable, Sendable, Hashable {
         /// device (connected, disconnected, or out of range with the auto-connect armed: paird
         /// waits on it alone).
         public var nextDeadline: Date?
+        /// Why it needs pairing again (`RepairReason`'s token, e.g. `authentication`); null
+        /// unless the state is `needsRepair`.
+        public var repairReason: String?
 
         public init(address: String, name: String, state: String, wanted: String, since: Date,
                     lastDisconnect: LastDisconnect?, reconnectAttempts: Int, battery: Int?, services: [String],
-                    autoConnect: Bool = false, nextDeadline: Date? = nil) {
+                    autoConnect: Bool = false, nextDeadline: Date? = nil, repairReason: String? = nil) {
             self.address = address
             self.name = name
             self.state = state
@@ -85,11 +88,12 @@ public struct StatusDocument: Codable, Sendable, Hashable {
             self.services = services
             self.autoConnect = autoConnect
             self.nextDeadline = nextDeadline
+            self.repairReason = repairReason
         }
 
         enum CodingKeys: String, CodingKey {
             case address, name, state, wanted, since, lastDisconnect, reconnectAttempts, battery, services
-            case autoConnect, nextDeadline
+            case autoConnect, nextDeadline, repairReason
         }
 
         // Decoded leniently: a status from a paird older than these two fields still reads.
@@ -106,6 +110,7 @@ public struct StatusDocument: Codable, Sendable, Hashable {
             services = try c.decode([String].self, forKey: .services)
             autoConnect = try c.decodeIfPresent(Bool.self, forKey: .autoConnect) ?? false
             nextDeadline = try c.decodeIfPresent(Date.self, forKey: .nextDeadline)
+            repairReason = try c.decodeIfPresent(String.self, forKey: .repairReason)
         }
 
         // Encode nulls explicitly: a consumer sees `"battery": null`, not a missing key.
@@ -122,6 +127,7 @@ public struct StatusDocument: Codable, Sendable, Hashable {
             try c.encode(services, forKey: .services)
             try c.encode(autoConnect, forKey: .autoConnect)
             try c.encode(nextDeadline, forKey: .nextDeadline)
+            try c.encode(repairReason, forKey: .repairReason)
         }
     }
 

@@ -84,6 +84,37 @@ struct BluetoothdCrashTests {
         #expect(!h.log.persists, "a connected wearable's crash is nothing to remember")
     }
 
+    @Test("a bond the crash took (bluetoothd back without the device, or without its bond): needsRepair, bond-lost-in-crash; no connect, no loop",
+          arguments: [BlueZDeviceView.absent, BlueZDeviceView(exists: true, bonded: false, connected: true)])
+    func bondLostInCrash(view: BlueZDeviceView) {
+        var h = Harness.connected()
+        _ = bluetoothdDies(&h)
+        h.send(.bluetoothdUnit(Self.segv))
+        h.send(.bluetoothdBack)
+        let ready = h.send(.adapterReady([watch: view]))
+        #expect(h.state(watch) == .needsRepair(reason: .bondLostInCrash))
+        #expect(ready.connects() == 0)
+        #expect(ready.reports(.needsRepair).first?.reason == "bond-lost-in-crash")
+        #expect(!h.machine.autoConnectArmed.contains(watch), "the kernel's auto-connect is not armed for it")
+        #expect(h.armed.values.allSatisfy { ![.connectReply, .retryBackoff, .fallbackConnect, .discovery, .resolve].contains($0.id.purpose) }, "no countdown of its own")
+        h.advance(.seconds(120))
+        #expect(h.state(watch) == .needsRepair(reason: .bondLostInCrash))
+    }
+
+    @Test("without a crash, BlueZ without the device or the bond is device-removed / bond-removed")
+    func bondGoneWithoutCrash() {
+        let state = PersistedState(devices: [
+            PersistedDevice(identity: DeviceIdentity(address: watch, name: "Watch", adapter: "hci0", serviceUUIDs: [ServiceUUID.heartRate]),
+                            wanted: .connected, pairedAt: 0, updatedAt: 0),
+        ])
+        var h = Harness(state: state)
+        h.send(.adapterReady([watch: .absent]))
+        #expect(h.state(watch) == .needsRepair(reason: .deviceRemoved))
+        var h2 = Harness(state: state)
+        h2.send(.adapterReady([watch: BlueZDeviceView(exists: true, bonded: false)]))
+        #expect(h2.state(watch) == .needsRepair(reason: .bondRemoved))
+    }
+
     @Test("after a crash, the kept link reported Connected just after reconciliation gets the resolve countdown; later links the discovery one")
     func keptLinkReportedLate() {
         var h = Harness.connected()

@@ -156,13 +156,63 @@ struct PairingScenarioTests {
         #expect(out.contains(.stopDiscovery))
     }
 
-    @Test("the adapter going away ends a pairing session")
+    @Test("the adapter going away ends a pairing session: lost during it, not unavailable from the start")
     func adapterLossDuringPairing() {
         var h = readyHarness()
         h.send(.userPair(PairRequest()))
         let out = h.send(.adapterLost)
-        #expect(out.pairingOutcome == .adapterUnavailable)
+        #expect(out.pairingOutcome == .adapterLost)
+        #expect(out.pairingOutcome?.succeeded == false)
         #expect(h.armed.isEmpty)
+    }
+
+    @Test("bluetoothd dies with the Pair() in flight (either order of the bus's news): the pairing's link and device are removed again from the next bluetoothd",
+          arguments: [true, false])
+    func crashDuringPair(lostFirst: Bool) {
+        var h = readyHarness()
+        h.send(.userPair(PairRequest(serviceUUIDs: [hr])))
+        h.send(.candidateFound(Candidate(address: watch, serviceUUIDs: [hr])))
+        let call = h.lastPairCall!
+        var out: [Action]
+        if lostFirst {
+            out = h.send(.bluetoothdLeft) + h.send(.adapterLost)
+            #expect(out.pairingOutcome == .adapterLost)
+            out = h.send(.pairFailed(watch, call: call, .noReply))
+        } else {
+            out = h.send(.pairFailed(watch, call: call, .noReply))
+            #expect(out.pairingOutcome == .failed("no-reply"))
+            out += h.send(.bluetoothdLeft) + h.send(.adapterLost)
+        }
+        #expect(out.contains(.removeDevice(watch)), "cleaned up at once too (sent to a bluetoothd going away)")
+        h.send(.bluetoothdBack)
+        out = h.send(.adapterReady([:]))
+        #expect(out.contains(.disconnect(watch)) && out.contains(.removeDevice(watch)),
+                "the kernel kept the link: the next bluetoothd's device goes, so the wearable advertises again")
+        #expect(h.machine.devices.isEmpty)
+        h.send(.adapterLost)
+        #expect(!h.send(.adapterReady([:])).contains(.removeDevice(watch)), "once")
+    }
+
+    @Test("a Pair() without reply long before the adapter's next return leaves nothing for it")
+    func staleLeftover() {
+        var h = readyHarness()
+        h.send(.userPair(PairRequest(serviceUUIDs: [hr])))
+        h.send(.candidateFound(Candidate(address: watch, serviceUUIDs: [hr])))
+        h.send(.pairFailed(watch, call: h.lastPairCall!, .noReply))
+        h.advance(.seconds(600))
+        h.send(.adapterLost)
+        #expect(!h.send(.adapterReady([:])).contains(.removeDevice(watch)))
+    }
+
+    @Test("a pairing that failed with Bluetooth up leaves nothing for the next adapter return")
+    func failedPairNoLeftover() {
+        var h = readyHarness()
+        h.send(.userPair(PairRequest(serviceUUIDs: [hr])))
+        h.send(.candidateFound(Candidate(address: watch, serviceUUIDs: [hr])))
+        let out = h.send(.pairFailed(watch, call: h.lastPairCall!, .authentication))
+        #expect(out.contains(.removeDevice(watch)))
+        h.send(.adapterLost)
+        #expect(!h.send(.adapterReady([:])).contains(.removeDevice(watch)))
     }
 
     @Test("pairing an address that is already managed says so instead of pairing twice")

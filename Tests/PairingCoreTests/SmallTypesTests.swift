@@ -57,7 +57,7 @@ struct SmallTypesTests {
     @Test("repair reasons keep their words")
     func repairReasonTokens() {
         #expect(RepairReason.allCases.map(\.token) ==
-                ["device-removed", "bond-removed", "authentication", "device-gone", "suspected-bond-loss", "bluetoothd-crashed"])
+                ["device-removed", "bond-removed", "authentication", "device-gone", "suspected-bond-loss", "bluetoothd-crashed", "bond-lost-in-crash"])
         #expect(RepairReason(bondFailure: .authentication) == .authentication)
         #expect(RepairReason(bondFailure: .deviceGone) == .deviceGone)
     }

@@ -5,12 +5,16 @@ Debian's bluetooth.service (no Restart=): bluetoothd is back without a command (
 bus activation), the wearable is connected again and notifying; crashes at varied moments
 (connected, away, while its link is being set up). Each crash: one journal entry with its own
 MESSAGE_ID; `pairctl status` shows the last one. Then `systemctl stop bluetooth` → paird does not
-start it and says so; `systemctl start bluetooth` → connected again.
+start it and says so; `systemctl start bluetooth` → connected again. A crash while `pairctl pair`
+waits for Pair(): pairctl ends at once (exit 9), the same command pairs after; a bond bluetoothd
+comes back without → needsRepair, no loop, and `pairctl pair` recovers it.
 Prints crash → bluetoothd back and crash → first notification for each crash, median and max.
 BED_X_CRASHES (default 6) sets how many crashes."""
 import json
 import os
+import signal
 import statistics
+import subprocess
 
 from bedlib import *
 
@@ -98,6 +102,63 @@ def main():
         st = p.status()
         log(f"status --json bluetoothd: {json.dumps(st.get('bluetoothd'))}")
         check(st["devices"][0]["state"] == "connected", "the wearable connected")
+
+    with step("crash during pairctl pair: pairctl ends at once with a clear error; after bluetoothd is back the same command pairs"):
+        rc, out, err = p.pairctl("unpair", w.address)
+        check(rc == 0, f"pairctl unpair exit {rc}: {err.strip()}")
+        wait_for(lambda: not paired_in_bluez(w.address), 30, "BlueZ forgot the wearable")
+        outpath = os.path.join(OUT, "pairctl-pair-crash.log")
+        with open(outpath, "w") as f:
+            t = now()
+            proc = subprocess.Popen([PAIRCTL_BIN, "pair", "--service", "180d", "--timeout", "30", "--json"],
+                                    stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        at_exit(lambda: proc.poll() is None and proc.kill())
+        wait_for(lambda: '"event":"pairing"' in open(outpath).read(), 30, "paird calling Pair() (pairctl --json: event pairing)",
+                 interval=0.02)
+        pid, tk = segv()
+        log(f"killed {now() - t:.2f} s after pairctl pair started, while Pair() was in flight")
+        rc = wait_for(lambda: proc.poll(), 30, "pairctl pair ended", interval=0.1)
+        text = open(outpath).read().strip()
+        log(f"pairctl pair → exit {rc} {now() - tk:.2f} s after the crash:\n" + "\n".join(f"  | {l}" for l in text.splitlines()))
+        check(rc == 9, f"exit 9 (adapter unavailable), got {rc}")
+        check("went away during the pairing" in text, "the error says Bluetooth went away during the pairing")
+        back = wait_back(pid, tk)
+        log(f"bluetoothd back {back:.2f} s after the crash")
+        pair_wearable(p)
+        p.wait_state("connected", 30)
+        n_notify = len(watch.lines("notify"))
+        wait_for(lambda: len(watch.lines("notify")) >= n_notify + 1, 30, "a notification after pairing again")
+
+    with step("a bond lost in a crash (BlueZ comes back without it) → needsRepair with the reason, no loop; pairctl pair recovers"):
+        # A bond bluetoothd had not stored when it died: frozen (SIGSTOP), its stored bond taken
+        # away, then the crash (SIGSEGV, SIGCONT); the next bluetoothd starts without it.
+        pid = bluetoothd_pid()
+        os.kill(pid, signal.SIGSTOP)
+        store = f"/var/lib/bluetooth/{CENTRAL_ADDR}/{w.address}"
+        check(os.path.isdir(store), f"bluetoothd stored the bond in {store}")
+        sh(f"rm -rf {store} /var/lib/bluetooth/{CENTRAL_ADDR}/cache/{w.address}")
+        crashes_before = len(journal_entries(MSG_BLUETOOTHD_CRASHED))
+        tk = now()
+        os.kill(pid, 11)
+        os.kill(pid, signal.SIGCONT)
+        log(f"bluetoothd {pid}: bond removed from its store while stopped, then SIGSEGV")
+        back = wait_back(pid, tk)
+        d = p.wait_state("needsRepair", 30)
+        log(f"needsRepair {now() - tk:.2f} s after the crash (bluetoothd back after {back:.2f} s): "
+            f"reason {d.get('repairReason')!r}")
+        check(d.get("repairReason") == "bond-lost-in-crash", "status --json: repairReason bond-lost-in-crash")
+        rc, out, _ = p.pairctl("status")
+        log("pairctl status:\n" + "\n".join(f"  | {l}" for l in out.splitlines()))
+        check("without its bond" in out, "pairctl status says why it needs pairing again")
+        n = len(watch.lines("state"))
+        bed_sleep(10, "no loop: the wearable stays in needsRepair, bluetoothd stays up")
+        check(p.state() == "needsRepair" and watch.states(n) == [], f"no state change since: {watch.states(n)}")
+        check(bluetoothd_active() and len(journal_entries(MSG_BLUETOOTHD_CRASHED)) == crashes_before + 1,
+              "bluetoothd up, one crash entry (no further crash)")
+        pair_wearable(p)
+        p.wait_state("connected", 30)
+        n_notify = len(watch.lines("notify"))
+        wait_for(lambda: len(watch.lines("notify")) >= n_notify + 1, 30, "a notification after pairing again")
 
     with step("systemctl stop bluetooth → paird does not start it and says so"):
         n_down = len(journal_entries(MSG_BLUETOOTHD_DOWN))
