@@ -118,9 +118,13 @@ extension BlueZClient {
             outstanding -= 1
             if outstanding == 0 { reply(outcome) }
         }
+        var missing: [String] = []
         for uuid in wanted {
             let paths = chars.filter { $0.uuid == uuid }.map(\.path)
-            if paths.isEmpty { warning("\(address): no characteristic \(uuid) (yet); subscribed when BlueZ shows one") }
+            if paths.isEmpty {
+                log?("\(address): no characteristic \(uuid) (yet); subscribed when BlueZ shows one")
+                missing.append(uuid)
+            }
             for path in paths {
                 outstanding += 1
                 startNotify(path) { failure in
@@ -142,7 +146,10 @@ extension BlueZClient {
                 }
             }
         }
-        loop.enqueue { done() }
+        loop.enqueue { [weak self] in
+            self?.emit(.characteristicsMissing(address, missing))
+            done()
+        }
     }
 
     func readBattery(_ path: String, _ devPath: String, _ address: DeviceAddress, then: @escaping () -> Void) {
@@ -173,6 +180,7 @@ extension BlueZClient {
         stats.lateSubscriptions += 1
         (inform ?? log)?("\(address): \(uuid) appeared at \(path) on a set-up link (BlueZ re-read the services); subscribing")
         if uuid == ServiceUUID.batteryLevel { readBattery(path, devPath, address) {} }
+        loop.enqueue { [weak self] in self?.emit(.characteristicAppeared(address, uuid)) }
         let gen = generation
         startNotify(path) { [weak self] failure in
             guard let self, let failure, gen == self.generation else { return }

@@ -39,6 +39,11 @@ public enum BlueZEvent: Sendable, Hashable {
     /// A device's `Address` changed: its private address resolved to its identity address (the
     /// object path keeps the address it was first seen with). Later events use the new one.
     case addressChanged(DeviceAddress, to: DeviceAddress, AddressType)
+    /// After `setUpLink`: the wanted characteristics (`subscribe`, not Battery Level) BlueZ does
+    /// not show under the device; empty when all are there.
+    case characteristicsMissing(DeviceAddress, [String])
+    /// A wanted characteristic appeared under a device whose link is set up, and was subscribed to.
+    case characteristicAppeared(DeviceAddress, String)
 }
 
 /// Tokens for `adapterGone(reason:)`.

@@ -62,6 +62,9 @@ enum StatusText {
             if d.wanted == "disconnected" && d.state != "disconnected" { line += ", kept disconnected" }
             if let l = d.lastDisconnect { line += ", last disconnect \(l.reason) at \(timestamp(l.at))" }
             if d.reconnectAttempts > 0 { line += ", \(d.reconnectAttempts) connect attempt(s)" }
+            if !d.missingCharacteristics.isEmpty {
+                line += ", MISSING on its link: \(d.missingCharacteristics.joined(separator: ", ")) (dropped by a firmware update, or lost by BlueZ: `pairctl unpair` + `pairctl pair` make BlueZ read the services anew)"
+            }
             if d.state == "waitingForDevice" {
                 line += d.nextDeadline.map { ", next connect attempt at \(timestamp($0))" }
                     ?? (d.autoConnect ? ", waiting on BlueZ's auto-connect (no timer)" : "")

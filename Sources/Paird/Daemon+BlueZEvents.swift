@@ -60,6 +60,10 @@ extension Daemon {
             log.info("\(old) is \(new) (\(type.rawValue)): its private address resolved to its identity")
             if battery[old] != nil { battery[new] = battery.removeValue(forKey: old) }
             feed(.addressChanged(old, to: new, type))
+        case .characteristicsMissing(let a, let uuids):
+            feed(.characteristicsMissing(a, uuids))
+        case .characteristicAppeared(let a, let uuid):
+            feed(.characteristicAppeared(a, uuid))
         }
     }
 

@@ -25,9 +25,12 @@ struct JournalEntry {
         case .pairingRefused:
             message = "\(who): refused BlueZ's pairing question (\(r.reason ?? "unknown")): no pairing of it was started with pairctl pair"
         case .stateChanged: message = "\(who) \(r.from) → \(r.to)" + (r.reason.map { " (\($0))" } ?? "")
+        case .characteristicMissing:
+            message = "\(who): no characteristic \(r.reason ?? "?") on its link (a firmware update dropped it, or BlueZ lost it: "
+                + "if the wearable still has it, `pairctl unpair` and `pairctl pair` make BlueZ read its services anew); not retried"
         }
         switch r.kind {
-        case .needsRepair, .pairingFailed, .pairingRefused: priority = .warning
+        case .needsRepair, .pairingFailed, .pairingRefused, .characteristicMissing: priority = .warning
         case .linkLost, .adapterLost, .paired, .connected, .reconnected, .unpaired, .userDisconnected: priority = .notice
         case .stateChanged: priority = .info
         }

@@ -32,7 +32,8 @@ extension StatusDocument {
                 reconnectAttempts: d.reconnectAttempts, battery: battery[d.address].map(Int.init),
                 services: d.identity.serviceUUIDs, autoConnect: machine.autoConnectArmed.contains(d.address),
                 nextDeadline: d.state.countdown.map { wall($0.deadline) },
-                repairReason: { if case .needsRepair(let r) = d.state { r.token } else { nil } }())
+                repairReason: { if case .needsRepair(let r) = d.state { r.token } else { nil } }(),
+                missingCharacteristics: d.missingCharacteristics.sorted())
         }
         let w = machine.bluetoothd
         let crash = w.lastCrash.map { c -> Bluetoothd.Crash in

@@ -57,6 +57,7 @@ public final class Log: @unchecked Sendable {
             case .pairingFailed: "c0dba6b6672943d7b05d3d0e0f45d8ad"
             case .stateChanged: "fb277abbdc3641a2a37dc4287a3fa941"
             case .pairingRefused: "f004b59a35894a3a95581657a3104185"
+            case .characteristicMissing: "7d1f0c5be8a54d37a9e2b3c16f4a0d92"
             }
         }
     }

@@ -56,6 +56,9 @@ public struct Report: Sendable, Hashable {
         case adapterLost, pairingFailed, stateChanged
         /// BlueZ asked paird's agent about a pairing nobody started with `pairctl pair`: refused.
         case pairingRefused
+        /// A configured characteristic is not on the wearable's set-up link (said once, until it
+        /// is back or another one goes missing); `reason`: the UUIDs, space-separated.
+        case characteristicMissing
     }
 
     public var kind: Kind

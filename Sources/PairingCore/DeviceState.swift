@@ -243,6 +243,10 @@ public struct ManagedDevice: Sendable, Hashable {
     /// `connected` since. Persisted (the state file's `bluetoothdCrashedOnLink`), so a paird
     /// restart does not forget it: a second such crash disarms it (`RepairReason.bluetoothdCrashes`).
     public var bluetoothdCrashedOnLink: Bool = false
+    /// Configured characteristics its last set-up link did not show (`Event.characteristicsMissing`):
+    /// reported once, shown in the status, never a reason to drop the link (a new one would not
+    /// bring them back: a firmware update dropped them, or BlueZ's cache lost them).
+    public var missingCharacteristics: Set<String> = []
 
     public struct LastDisconnect: Sendable, Hashable {
         public var reason: String

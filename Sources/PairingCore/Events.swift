@@ -110,6 +110,13 @@ public enum Event: Sendable, Hashable {
     /// The answer to `Action.setUpLink`: the runtime found the characteristics, subscribed and read
     /// the battery (`nil`), or failed.
     case setUpLinkFinished(DeviceAddress, failure: BlueZFailure?)
+    /// After a link's set-up: the configured characteristics BlueZ does not show on it (empty:
+    /// all there). A firmware update may have dropped one, or BlueZ lost it (5.66 keeps a broken
+    /// GATT cache after an update made while the wearable was away).
+    case characteristicsMissing(DeviceAddress, [String])
+    /// A configured characteristic appeared on a set-up link (BlueZ re-read the services) and
+    /// was subscribed to.
+    case characteristicAppeared(DeviceAddress, String)
     case pairSucceeded(DeviceAddress, call: UInt64)
     case pairFailed(DeviceAddress, call: UInt64, BlueZFailure)
     case candidateFound(Candidate)

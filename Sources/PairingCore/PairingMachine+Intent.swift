@@ -106,6 +106,7 @@ extension PairingMachine {
             return device(a) == nil ? .unknownDevice(a) : nil
         case .adapterReady, .adapterLost, .autoConnectArmed, .bluetoothdLeft, .bluetoothdUnit, .bluetoothdStartFailed, .bluetoothdBack, .linkUp, .servicesResolved, .servicesLost, .linkProven,
              .linkDown, .bondLost, .deviceRemoved, .bondedDeviceAppeared, .connectSucceeded, .connectFailed, .setUpLinkFinished,
+             .characteristicsMissing, .characteristicAppeared,
              .pairSucceeded, .pairFailed, .candidateFound, .discoveryFailed, .countdownFired, .agentAsked, .agentCanceled, .addressChanged:
             return nil
         }

@@ -214,3 +214,18 @@ extension PairingMachine {
         return slots[i].setupFailures >= config.setupFailuresBeforeRepair
     }
 }
+
+extension PairingMachine {
+    /// What a set-up link lacks of the configured characteristics: remembered, and reported once
+    /// (a report when one goes missing that was not already; none while the same ones stay
+    /// missing link after link, so a wearable that dropped one is not a journal line per link).
+    mutating func characteristicsMissing(_ a: DeviceAddress, _ uuids: [String], _ actions: inout [Action]) {
+        guard let i = slot[a] else { return }
+        let missing = Set(uuids)
+        let newlyMissing = missing.subtracting(slots[i].missingCharacteristics)
+        slots[i].missingCharacteristics = missing
+        guard !newlyMissing.isEmpty else { return }
+        actions.append(.report(Report(kind: .characteristicMissing, device: a, name: slots[i].identity.name,
+                                      to: slots[i].state.name, reason: newlyMissing.sorted().joined(separator: " "))))
+    }
+}

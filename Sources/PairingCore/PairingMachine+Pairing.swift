@@ -101,6 +101,7 @@ extension PairingMachine {
             slots[i].pairedAt = now.unixTime
             slots[i].updatedAt = now.unixTime
             slots[i].setupFailures = 0
+            slots[i].missingCharacteristics = []
         } else {
             slot[a] = slots.count
             slots.append(ManagedDevice(identity: identity, wanted: .connected, state: .restoring, since: now,

@@ -109,6 +109,8 @@ public struct PairingMachine: Sendable {
         case .connectSucceeded(let a, let call): connectSucceeded(a, call, now, &actions)
         case .connectFailed(let a, let call, let f): connectFailed(a, call, f, now, &actions)
         case .setUpLinkFinished(let a, let failure): setUpLinkFinished(a, failure, now, &actions)
+        case .characteristicsMissing(let a, let uuids): characteristicsMissing(a, uuids, &actions)
+        case .characteristicAppeared(let a, let uuid): if let i = slot[a] { slots[i].missingCharacteristics.remove(uuid) }
         case .pairSucceeded(let a, let call): pairAnswered(a, call, failure: nil, now, &actions)
         case .pairFailed(let a, let call, let f): pairAnswered(a, call, failure: f, now, &actions)
         case .candidateFound(let c): candidateFound(c, now, &actions)

@@ -73,10 +73,13 @@ public struct StatusDocument: Codable, Sendable, Hashable {
         /// Why it needs pairing again (`RepairReason`'s token, e.g. `authentication`); null
         /// unless the state is `needsRepair`.
         public var repairReason: String?
+        /// Configured characteristics the last set-up link did not show (UUIDs; empty: none).
+        public var missingCharacteristics: [String]
 
         public init(address: String, name: String, state: String, wanted: String, since: Date,
                     lastDisconnect: LastDisconnect?, reconnectAttempts: Int, battery: Int?, services: [String],
-                    autoConnect: Bool = false, nextDeadline: Date? = nil, repairReason: String? = nil) {
+                    autoConnect: Bool = false, nextDeadline: Date? = nil, repairReason: String? = nil,
+                    missingCharacteristics: [String] = []) {
             self.address = address
             self.name = name
             self.state = state
@@ -89,11 +92,12 @@ public struct StatusDocument: Codable, Sendable, Hashable {
             self.autoConnect = autoConnect
             self.nextDeadline = nextDeadline
             self.repairReason = repairReason
+            self.missingCharacteristics = missingCharacteristics
         }
 
         enum CodingKeys: String, CodingKey {
             case address, name, state, wanted, since, lastDisconnect, reconnectAttempts, battery, services
-            case autoConnect, nextDeadline, repairReason
+            case autoConnect, nextDeadline, repairReason, missingCharacteristics
         }
 
         // Decoded leniently: a status from a paird older than these two fields still reads.
@@ -111,6 +115,7 @@ public struct StatusDocument: Codable, Sendable, Hashable {
             autoConnect = try c.decodeIfPresent(Bool.self, forKey: .autoConnect) ?? false
             nextDeadline = try c.decodeIfPresent(Date.self, forKey: .nextDeadline)
             repairReason = try c.decodeIfPresent(String.self, forKey: .repairReason)
+            missingCharacteristics = try c.decodeIfPresent([String].self, forKey: .missingCharacteristics) ?? []
         }
 
         // Encode nulls explicitly: a consumer sees `"battery": null`, not a missing key.
@@ -128,6 +133,7 @@ public struct StatusDocument: Codable, Sendable, Hashable {
             try c.encode(autoConnect, forKey: .autoConnect)
             try c.encode(nextDeadline, forKey: .nextDeadline)
             try c.encode(repairReason, forKey: .repairReason)
+            try c.encode(missingCharacteristics, forKey: .missingCharacteristics)
         }
     }
 

@@ -323,6 +323,7 @@ struct BlueZClientTests {
         client.setUpLink(addrA, subscribe: ["2a37", "0000ffff-0000-1000-8000-00805f9b34fb"], battery: true) { done = .some($0) }
         try runUntil(mock.loop, "setUpLink") { done != nil }
         #expect(done == .some(nil), "a missing characteristic is not a failure")
+        #expect(rec.has(.characteristicsMissing(addrA, ["0000ffff-0000-1000-8000-00805f9b34fb"])), "but it is said")
         #expect(try mock.calls(hrm, "StartNotify").count == 1)
         #expect(try mock.calls(bat, "StartNotify").count == 1)
         #expect(try mock.calls(bat, "ReadValue").count == 1)
@@ -356,6 +357,7 @@ struct BlueZClientTests {
         }
         try runUntil(mock.loop, "battery re-read after the move") { rec.has(.battery(addrA, 60)) }
         #expect(client.stats.lateSubscriptions == 2)
+        try runUntil(mock.loop, "the machine told it appeared") { rec.has(.characteristicAppeared(addrA, ServiceUUID.heartRateMeasurement)) }
         try mock.updateProperties(moved, MockBlueZ.gattChar, ["Value": .bytes([0x06, 75])])
         try runUntil(mock.loop, "notification from the moved characteristic") {
             rec.has(.notification(addrA, characteristic: ServiceUUID.heartRateMeasurement, value: [0x06, 75]))

@@ -1,3 +1,4 @@
+import Foundation
 import Testing
 @testable import Paird
 import PairingCore
@@ -29,10 +30,30 @@ struct JournalEntryTests {
         for kind in Report.Kind.allCases {
             let p = JournalEntry(Report(kind: kind, device: nil)).priority
             switch kind {
-            case .needsRepair, .pairingFailed, .pairingRefused: #expect(p == .warning)
+            case .needsRepair, .pairingFailed, .pairingRefused, .characteristicMissing: #expect(p == .warning)
             case .stateChanged: #expect(p == .info)
             case .paired, .connected, .reconnected, .linkLost, .unpaired, .userDisconnected, .adapterLost: #expect(p == .notice)
             }
         }
+    }
+
+    @Test("every report kind has its own MESSAGE_ID, and the catalog explains it")
+    func catalogCoversReports() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let text = try String(contentsOf: root.appendingPathComponent("systemd/paird.catalog"), encoding: .utf8)
+        let ids = Report.Kind.allCases.map(Log.MessageID.forReport)
+        #expect(Set(ids).count == ids.count)
+        for (kind, id) in zip(Report.Kind.allCases, ids) {
+            #expect(text.contains("-- \(id)\n"), "\(kind): \(id) not in systemd/paird.catalog")
+        }
+    }
+
+    @Test("a missing characteristic names it and the way out, once")
+    func characteristicMissing() {
+        let e = JournalEntry(Report(kind: .characteristicMissing, device: watch, name: "Watch", to: "connected",
+                                    reason: "00002a37-0000-1000-8000-00805f9b34fb"))
+        #expect(e.message.hasPrefix("Watch (00:AA:01:01:00:01): no characteristic 00002a37-0000-1000-8000-00805f9b34fb on its link"))
+        #expect(e.message.contains("`pairctl unpair` and `pairctl pair`"))
+        #expect(e.fields.first { $0.key == "PAIRD_EVENT" }?.value == "characteristicMissing")
     }
 }

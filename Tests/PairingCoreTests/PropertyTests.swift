@@ -34,7 +34,10 @@ struct PropertyTests {
             case 9: return chance(0.4) ? .bondLost(a) : chance(0.6) ? .deviceRemoved(a) : .bondedDeviceAppeared(a)
             case 10: return .connectSucceeded(a, call: h.lastConnectCall[a] ?? 0)
             case 11: return .connectFailed(a, call: h.lastConnectCall[a] ?? 0, failures[int(failures.count)])
-            case 12: return .setUpLinkFinished(a, failure: chance(0.8) ? nil : failures[int(failures.count)])
+            case 12:
+                if chance(0.15) { return .characteristicsMissing(a, chance(0.5) ? [] : [ServiceUUID.heartRateMeasurement]) }
+                if chance(0.05) { return .characteristicAppeared(a, ServiceUUID.heartRateMeasurement) }
+                return .setUpLinkFinished(a, failure: chance(0.8) ? nil : failures[int(failures.count)])
             case 13: return chance(0.7) ? .adapterReady(views()) : .adapterLost
             case 14: return .userPair(PairRequest(address: chance(0.5) ? a : nil))
             case 15: return .candidateFound(Candidate(address: a, name: "dev", serviceUUIDs: [ServiceUUID.heartRate]))

@@ -766,4 +766,30 @@ struct RestorationTests {
         empty.send(.adapterReady([:]))
         #expect(empty.machine.statusLine(now: .at(0)) == "No wearables paired")
     }
+
+    @Test("a configured characteristic missing on the set-up link: reported once, link after link; kept connected; back → gone from the status; missing again → reported again")
+    func characteristicMissingOnce() {
+        var h = Harness.connected()
+        let hrm = ServiceUUID.heartRateMeasurement
+        var out = h.send(.characteristicsMissing(watch, [hrm]))
+        #expect(out.reports(.characteristicMissing).map(\.reason) == [hrm])
+        #expect(out.connects() == 0 && !out.contains(.disconnect(watch)), "not a reason to drop the link")
+        #expect(h.state(watch)?.isConnected == true)
+        #expect(h.machine.devices[watch]?.missingCharacteristics == [hrm])
+        // The next links lack it too: no new report.
+        for _ in 0..<3 {
+            h.send(.linkDown(watch, linkLoss))
+            h.send(.linkUp(watch))
+            h.send(.servicesResolved(watch))
+            h.send(.setUpLinkFinished(watch, failure: nil))
+            out = h.send(.characteristicsMissing(watch, [hrm]))
+            #expect(out.reports(.characteristicMissing).isEmpty)
+        }
+        h.send(.characteristicAppeared(watch, hrm))
+        #expect(h.machine.devices[watch]?.missingCharacteristics == [])
+        out = h.send(.characteristicsMissing(watch, [hrm]))
+        #expect(out.reports(.characteristicMissing).count == 1, "missing again after it was back: said again")
+        out = h.send(.characteristicsMissing(watch, []))
+        #expect(out.isEmpty && h.machine.devices[watch]?.missingCharacteristics == [])
+    }
 }
