@@ -4,7 +4,7 @@
 through --passkey; its RPA rotation slowed to 600 s: a rotation between discovery and Pair() is
 another matter, see the README's Known problems) and the ring (hci3, its own link drops off) paired to one paird through
 pairctl and kept connected together. Then, one at a time: the ring walks away and comes back,
-the strap is unpaired, paired again, loses its bond (a factory reset → needsRepair) and is
+the watch drops its link (0x13) and is reconnected, the strap is unpaired, paired again, loses its bond (a factory reset → needsRepair) and is
 repaired by one `pairctl pair`. Across each event the other wearables' heart-
 rate notifications, as `pairctl watch` prints them, keep coming without a gap (the wearables
 count bpm up by one per notification: a missed one shows as a jump) and `pairctl status --watch
@@ -183,6 +183,15 @@ def main():
 
     with step("the ring walks away and comes back: strap and watch undisturbed"):
         undisturbed("the ring's walk-away and return", ring, (strap, watch), ring_away_and_back)
+
+    def watch_drops_link():
+        s = watch.last_seq()
+        watch.cmd("disconnect 13")          # the watch ends the link itself (0x13), stays in range
+        watch.wait_event("disconnected", 15, since=s)
+        p.wait_state("connected", 60, address=watch.address)
+
+    with step("the watch drops its link and is reconnected: strap and ring undisturbed"):
+        undisturbed("the watch's own disconnect", watch, (strap, ring), watch_drops_link)
 
     def unpair_strap():
         rc, out, err = p.pairctl("unpair", "Pulse-1")
