@@ -117,7 +117,7 @@ final class ManagerAPI {
     func refuseIfNeeded(_ event: Event) throws {
         guard let refusal = backend.machine().refusal(of: event) else { return }
         switch refusal {
-        case .pairingBusy: throw DBusError(name: PairdAPI.Error.busy, message: "a pairing is already in progress")
+        case .pairingBusy: throw DBusError(name: PairdAPI.Error.busy, message: "a pairing is already in progress (paird pairs one wearable at a time; `pairctl status` shows it): try again once it ends")
         case .noPairing: throw DBusError(name: PairdAPI.Error.failed, message: "no pairing in progress")
         case .noQuestion: throw DBusError(name: PairdAPI.Error.notAsked, message: "no question of that kind is waiting for an answer")
         case .unknownDevice(let a): throw DBusError(name: PairdAPI.Error.unknownDevice, message: "\(a) is not paired with paird")

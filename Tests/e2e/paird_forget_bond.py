@@ -2,7 +2,7 @@
 # testbed: mode=plain timeout=360 wearables=strap twin=yes
 """Issue scenario 6: the wearable forgets its bond (factory reset) → paird marks it needsRepair
 after SetupFailuresBeforeRepair (3) failed link setups, makes no reconnect loop, and
-`pairctl pair` repairs it.
+`pairctl pair` repairs it in one command (paird removes the stale bond from BlueZ itself).
 
 KNOWN PROBLEM (Tests/testbed/README.md): the bed's kernel 6.1 BUGs (list_del corruption in
 hci_chan_del) when the central's encryption fails with the stale key, and bluetoothd dies with
@@ -67,9 +67,17 @@ def main():
         check(p.state() == "needsRepair", "still needsRepair")
         rc, _, err = p.pairctl("connect")
         check(rc == 10, f"pairctl connect → 10 needs repair ({err.strip()})")
-    with step("pairctl pair repairs it → connected"):
-        pair_wearable(p)
+    with step("one pairctl pair repairs it: the old bond removed by paird, new keys, connected"):
+        lines = pair_wearable(p)
+        check(any("removing the old bond" in l for l in lines), "pairctl says paird removed the old bond itself")
         p.wait_state("connected", 30)
+        c = Central("hci0")
+        devs = [d for d in c.devices() if str(c.prop(d, "Address")).upper() == w.address.upper()]
+        check(len(devs) == 1 and c.prop(devs[0], "Paired"), f"BlueZ: one bonded Device1 for {w.address} ({devs})")
+        if w.impl == "bumble":
+            check(w.status()["bonds"], f"the wearable holds a new bond: {w.status()['bonds']}")
+        rc, out, _ = p.pairctl("status")
+        check(rc == 0 and "needs pairing again" not in out, "status no longer says needs pairing again")
 
 
 main()
