@@ -10,6 +10,7 @@ alone is disarmed (needsRepair, bluetoothd-crashed); the ring, whose links came 
 every crash, is connected and notifying at the end and never disarmed.
 BED_X_CRASHES (default 4) sets the crashes of the first part."""
 import os
+import statistics
 
 from bedlib import *
 
@@ -59,6 +60,7 @@ def main():
         p.wait_state("waitingForDevice", 20, address=ring.address)
 
     moments = ["strap connected, ring away", "strap's link being set up, ring away"]
+    back_times = []
     for k in range(CRASHES):
         moment = moments[k % len(moments)]
         with step(f"crash {k + 1}/{CRASHES} ({moment}) → bluetoothd back, strap connected and notifying, ring still waited for"):
@@ -77,9 +79,13 @@ def main():
             p.wait_state("connected", 60, address=strap.address)
             m = watch.count()
             wait_for(lambda: notifies(watch, strap.address, m), 30, "a strap notification after the crash")
+            back_times.append(now() - t)
             log(f"strap notifying {now() - t:.2f} s after the crash; states {' → '.join(states_of(watch, strap.address, n))}; "
                 f"ring {' → '.join(states_of(watch, ring.address, n))}")
             check(p.state(ring.address) == "waitingForDevice", f"the ring still waited for: {p.state(ring.address)}")
+
+    log(f"crash → the strap's first notification (ring away): n={len(back_times)} median {statistics.median(back_times):.2f} s, "
+        f"max {max(back_times):.2f} s ({', '.join(f'{x:.2f}' for x in back_times)})")
 
     with step("the ring comes back → connected, notifying; then a crash with both connected → both back"):
         ring.cmd("come-back")
