@@ -51,15 +51,21 @@ extension BlueZClient {
         call(adapterPath, Iface.adapter, "RemoveDevice", [.objectPath(path)]) { reply?(Self.failure($0)) }
     }
 
-    /// `SetDiscoveryFilter {UUIDs, Transport: le, DuplicateData: false, Pattern?}`, then
+    /// `SetDiscoveryFilter {Transport: le, DuplicateData: false, Pattern?}`, then
     /// `StartDiscovery` (unless our session already runs: then only the filter changes).
-    public func startDiscovery(serviceUUIDs: [String], address: DeviceAddress?, reply: @escaping (BlueZFailure?) -> Void) {
+    ///
+    /// No `UUIDs` in the filter: the machine matches each candidate's services itself
+    /// (`PairRequest.matches`). BlueZ 5.87 segfaults on the first advertisement that meets a
+    /// client's filter with UUIDs (bluez/bluez#2282, fixed after the release; reproduced on the
+    /// bed with the bare 5.87), and a distribution shipping that release would lose bluetoothd at
+    /// every `pairctl pair --service`. BlueZ filters UUIDs in bluetoothd, not in the controller,
+    /// so leaving them out costs D-Bus traffic during a pairing scan only, not radio time.
+    public func startDiscovery(address: DeviceAddress?, reply: @escaping (BlueZFailure?) -> Void) {
         guard let adapterPath, cache[adapterPath] != nil else {
             loop.enqueue { reply(.adapterUnavailable) }
             return
         }
         var filter: [String: DBusValue] = [
-            "UUIDs": .stringArray(serviceUUIDs.map { ServiceUUID.normalize($0) ?? $0.lowercased() }),
             "Transport": .string("le"),
             "DuplicateData": .bool(false),
         ]

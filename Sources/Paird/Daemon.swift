@@ -227,7 +227,7 @@ public final class Daemon {
                 api?.unpairFinished(a)
             }
         case .startDiscovery(let request):
-            bluez.startDiscovery(serviceUUIDs: request.serviceUUIDs, address: request.address) { [unowned self] failure in
+            bluez.startDiscovery(address: request.address) { [unowned self] failure in
                 if let failure { feed(.discoveryFailed(failure)) }
             }
             // Devices BlueZ already lists (seen before this scan) are candidates too.
@@ -238,7 +238,7 @@ public final class Daemon {
             bluez.stopDiscovery()
         case .restartDiscovery(let request):
             log.info("nothing found yet: discovery restarted")
-            bluez.startDiscovery(serviceUUIDs: request.serviceUUIDs, address: request.address) { [unowned self] failure in
+            bluez.startDiscovery(address: request.address) { [unowned self] failure in
                 if let failure { log.debug("restarting discovery: \(failure.token); trying again at the next restart") }
             }
         case .pair(let a, let call, let timeout):

@@ -103,7 +103,7 @@ step("adapter ready (agent + GattProfile1 registered)") {
 }
 
 step("discovery finds the wearable") {
-    try request("StartDiscovery", 10) { client.startDiscovery(serviceUUIDs: [service], address: nil, reply: $0) }
+    try request("StartDiscovery", 10) { client.startDiscovery(address: nil, reply: $0) }
     let matches = { (d: DeviceInfo) in d.name == wantedName || d.uuids.contains(service) }
     for d in client.devices where matches(d) { device = d.address }
     try wait("a device advertising \(service)", 30) {
