@@ -142,6 +142,12 @@ public struct BluetoothdWatch: Sendable, Hashable {
     var crashedRun: UInt64?
     /// The last crash, for the journal and `pairctl status`.
     public internal(set) var lastCrash: BluetoothdCrash?
+    /// Wearables disarmed together at one crash (each had its link being set up at both crashes:
+    /// the culprit and whoever was reconnecting beside it). They are let back one at a time, the
+    /// one `onTrial` alone; one that reaches `connected` is cleared, one whose set-up kills
+    /// bluetoothd again stays disarmed. Not persisted: after a paird restart they stay disarmed.
+    public internal(set) var probation: [DeviceAddress] = []
+    public internal(set) var onTrial: DeviceAddress?
 
     public init() {}
 }

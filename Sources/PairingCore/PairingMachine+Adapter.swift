@@ -27,6 +27,7 @@ extension PairingMachine {
             }
         }
         cleanUpLeftoverPairs(now, &actions)
+        releaseOnTrial(now, &actions)
         bluetoothd.crashedSinceReady = false
         bluetoothd.starts = 0 // it served: a later crash is not one of a bluetoothd dying at each start
         // Sent even if unchanged: a bluetoothd that came back holds no registration of ours.

@@ -124,9 +124,13 @@ extension PairingMachine {
         var crash = BluetoothdCrash(at: bluetoothd.goneSince ?? now, unit: unit, action: action, attempt: attempt,
                                     awaited: bluetoothd.linkedAtLoss)
         var remembered = false
+        var blamed: [DeviceAddress] = []
         for a in bluetoothd.settingUpAtLoss {
             guard let i = slot[a], slots[i].state.isPursuing else { continue }
-            if slots[i].bluetoothdCrashedOnLink {
+            if bluetoothd.onTrial == a || slots[i].bluetoothdCrashedOnLink {
+                // On trial (let back alone after being disarmed with others) and bluetoothd died
+                // on its set-up again: the culprit. Or its second set-up crash in a row.
+                if bluetoothd.onTrial == a { bluetoothd.onTrial = nil } else { blamed.append(a) }
                 slots[i].bluetoothdCrashedOnLink = false
                 move(i, to: .needsRepair(reason: .bluetoothdCrashes), now, &actions)
                 crash.disarmed.append(a)
@@ -135,6 +139,11 @@ extension PairingMachine {
                 slots[i].bluetoothdCrashedOnLink = true
             }
             remembered = true
+        }
+        if blamed.count > 1 {
+            // Several at once: the one whose link kills bluetoothd and any that was reconnecting
+            // beside it look alike. They come back one at a time (`releaseOnTrial`).
+            bluetoothd.probation += blamed.filter { !bluetoothd.probation.contains($0) }
         }
         if remembered { actions.append(.persist) }
         bluetoothd.settingUpAtLoss = []
@@ -145,6 +154,7 @@ extension PairingMachine {
     }
 
     /// A link reached `connected`: it did not kill bluetoothd, and it counts as back after a crash.
+    /// One on trial is cleared, and the next one disarmed with it is let back.
     mutating func linkSetUp(_ i: Int, _ now: Moment, _ actions: inout [Action]) {
         let a = slots[i].address
         if slots[i].bluetoothdCrashedOnLink {
@@ -153,6 +163,23 @@ extension PairingMachine {
         }
         if let c = bluetoothd.lastCrash, c.awaited.contains(a), c.backTimes[a] == nil {
             bluetoothd.lastCrash?.backTimes[a] = now
+        }
+        if bluetoothd.onTrial == a {
+            bluetoothd.onTrial = nil
+            releaseOnTrial(now, &actions)
+        }
+    }
+
+    /// Lets the next wearable disarmed with others back (Trusted again, reconnected as after a
+    /// restart), alone, while bluetoothd and the adapter are up and none is on trial.
+    mutating func releaseOnTrial(_ now: Moment, _ actions: inout [Action]) {
+        while bluetoothd.onTrial == nil, adapterUp, bluetoothd.phase == .present, !bluetoothd.probation.isEmpty {
+            let a = bluetoothd.probation.removeFirst()
+            // Paired again, unpaired or gone meanwhile: no longer the probation's.
+            guard let i = slot[a], slots[i].state == .needsRepair(reason: .bluetoothdCrashes), slots[i].wanted == .connected else { continue }
+            bluetoothd.onTrial = a
+            actions.append(.setTrusted(a, true))
+            restoreConnect(i, now, &actions, reason: "on-trial-after-crashes")
         }
     }
 }

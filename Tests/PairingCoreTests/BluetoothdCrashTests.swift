@@ -325,6 +325,57 @@ struct BluetoothdCrashTests {
         #expect(h.send(.linkUp(watch)).connects() == 0)
     }
 
+    @Test("two wearables setting up at both crashes (the culprit and one reconnecting beside it): both disarmed, then let back one at a time; the innocent is cleared, the culprit stays disarmed")
+    func disarmedTogetherThenOnTrial() {
+        var h = twoWearables()
+        h.send(.linkDown(ring, linkLoss)) // the ring walked away; both come back together
+        func crashWithBothSettingUp() -> [Action] {
+            h.send(.linkUp(watch))
+            h.send(.linkUp(ring))
+            _ = bluetoothdDies(&h)
+            return h.send(.bluetoothdUnit(Self.segv))
+        }
+        _ = crashWithBothSettingUp()
+        h.send(.bluetoothdBack)
+        h.send(.adapterReady([watch: BlueZDeviceView(), ring: BlueZDeviceView()]))
+        let out = crashWithBothSettingUp()
+        #expect(h.state(watch) == .needsRepair(reason: .bluetoothdCrashes) && h.state(ring) == .needsRepair(reason: .bluetoothdCrashes))
+        #expect(h.machine.bluetoothd.lastCrash?.disarmed == [watch, ring].sorted())
+        #expect(h.machine.bluetoothd.probation == [watch, ring].sorted())
+        #expect(out.contains(.setTrusted(watch, false)) && out.contains(.setTrusted(ring, false)))
+
+        // bluetoothd back: the first one alone is let back; the other stays disarmed.
+        h.send(.bluetoothdBack)
+        var ready = h.send(.adapterReady([watch: BlueZDeviceView(), ring: BlueZDeviceView()]))
+        let first = [watch, ring].sorted()[0], second = [watch, ring].sorted()[1]
+        #expect(h.machine.bluetoothd.onTrial == first)
+        #expect(ready.contains(.setTrusted(first, true)))
+        #expect(h.stateName(first) == "waitingForDevice")
+        #expect(h.state(second) == .needsRepair(reason: .bluetoothdCrashes))
+
+        // The first one's link comes up and is set up: innocent. The second is let back.
+        h.send(.linkUp(first))
+        h.send(.servicesResolved(first))
+        ready = h.send(.setUpLinkFinished(first, failure: nil))
+        #expect(h.state(first)?.isConnected == true)
+        #expect(h.machine.bluetoothd.onTrial == second)
+        #expect(ready.contains(.setTrusted(second, true)))
+        #expect(h.stateName(second) == "waitingForDevice")
+
+        // The second one's set-up kills bluetoothd again: the culprit, disarmed for good.
+        h.send(.linkUp(second))
+        _ = bluetoothdDies(&h)
+        let last = h.send(.bluetoothdUnit(Self.segv))
+        #expect(h.state(second) == .needsRepair(reason: .bluetoothdCrashes))
+        #expect(h.machine.bluetoothd.lastCrash?.disarmed == [second])
+        #expect(last.reports(.needsRepair).map(\.device) == [second])
+        #expect(h.machine.bluetoothd.onTrial == nil && h.machine.bluetoothd.probation.isEmpty)
+        h.send(.bluetoothdBack)
+        ready = h.send(.adapterReady([watch: BlueZDeviceView(), ring: BlueZDeviceView()]))
+        #expect(!ready.contains(.setTrusted(second, true)), "not let back again")
+        #expect(h.stateName(first) != "needsRepair", "the innocent one is pursued as usual")
+    }
+
     @Test("the memory survives a paird restart (state file)")
     func rememberedAcrossRestart() {
         var h = twoWearables()

@@ -23,7 +23,7 @@ struct PropertyTests {
             let a = PropertyTests.addresses[int(PropertyTests.addresses.count)]
             let failures: [BlueZFailure] = [.abortedByLocal, .busy, .noReply, .canceled, .authentication, .deviceGone,
                                              .adapterUnavailable, .other(name: "x", message: "y")]
-            switch int(23) {
+            switch int(24) {
             case 0, 1, 2: return .countdownFired(h.armed.keys.sorted { $0.generation < $1.generation }.randomElement(using: &rng) ?? staleID(a))
             case 3: return .countdownFired(staleID(a))
             case 4: return .linkUp(a)
@@ -48,6 +48,14 @@ struct PropertyTests {
             case 19: return chance(0.3) ? .userUnpair(a) : .userCancelPairing
             case 20: return .discoveryFailed(.busy)
             case 21: return .autoConnectArmed(Set(PropertyTests.addresses.filter { _ in chance(0.6) }))
+            case 22:
+                // bluetoothd leaving (a crash systemd reports), coming back
+                if chance(0.4) { return .bluetoothdLeft }
+                if chance(0.5) {
+                    return .bluetoothdUnit(BluetoothdUnitState(activeState: "failed", result: "core-dump", execMainCode: 3, execMainStatus: 11,
+                                                              execMainStart: rng.next() % 1000))
+                }
+                return .bluetoothdBack
             default: return .connectFailed(a, call: h.lastConnectCall[a] ?? 0, .abortedByLocal)
             }
         }
@@ -174,6 +182,10 @@ struct PropertyTests {
                 promises.userDown.remove(a); promises.repairPending.remove(a)
             }
         default: break
+        }
+        if let a = h.machine.bluetoothd.onTrial, before[a]?.state == .needsRepair(reason: .bluetoothdCrashes),
+           h.machine.devices[a]?.state.name != "needsRepair" {
+            promises.repairPending.remove(a) // disarmed with others at one crash, let back alone on trial
         }
         for case .connect(let a, _, _) in actions {
             if promises.userDown.contains(a) { fail("Connect \(a) after the user's disconnect") }
