@@ -41,6 +41,10 @@ public final class BlueZClient {
         /// Configured characteristics that appeared on a link already set up (BlueZ re-discovered
         /// the wearable's services) and were subscribed to without a new `setUpLink`.
         public var lateSubscriptions = 0
+        /// `Notifying` turned false on a wanted characteristic of a set-up link (`subscriptionEnded`).
+        public var subscriptionsEnded = 0
+        /// Reads made to probe a silent wearable (`probe`).
+        public var probes = 0
         public init() {}
     }
 

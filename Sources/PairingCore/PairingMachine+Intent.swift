@@ -106,7 +106,8 @@ extension PairingMachine {
             return device(a) == nil ? .unknownDevice(a) : nil
         case .adapterReady, .adapterLost, .autoConnectArmed, .bluetoothdLeft, .bluetoothdUnit, .bluetoothdStartFailed, .bluetoothdBack, .linkUp, .servicesResolved, .servicesLost, .linkProven,
              .linkDown, .bondLost, .deviceRemoved, .bondedDeviceAppeared, .connectSucceeded, .connectFailed, .setUpLinkFinished,
-             .pairSucceeded, .pairFailed, .candidateFound, .discoveryFailed, .countdownFired, .agentAsked, .agentCanceled, .addressChanged:
+             .pairSucceeded, .pairFailed, .candidateFound, .discoveryFailed, .countdownFired, .agentAsked, .agentCanceled, .addressChanged,
+             .dataReceived, .subscriptionEnded, .probeFinished:
             return nil
         }
     }
