@@ -203,8 +203,13 @@ extension BlueZClient {
         }
         for path in paths {
             if cache[path]?[Iface.characteristic]?["Notifying"]?.bool == true {
+                resubscribing.insert(path)
                 call(path, Iface.characteristic, "StopNotify", timeout: gattTimeout) { [weak self] _ in
-                    self?.startNotify(path, reply: done)
+                    guard let self else { return }
+                    self.startNotify(path) { [weak self] failure in
+                        self?.resubscribing.remove(path)
+                        done(failure)
+                    }
                 }
             } else {
                 startNotify(path, reply: done)

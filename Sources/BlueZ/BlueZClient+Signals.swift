@@ -197,7 +197,7 @@ extension BlueZClient {
     /// `Notifying` turned false on a characteristic `setUpLink` subscribed, while its device's link
     /// is up and set up (a link going down ends its subscriptions too: `liveLinks` says which).
     func notifyingEnded(_ path: String) {
-        guard ready, let devPath = Self.devicePathPrefix(of: path), Self.parent(of: devPath) == adapterPath,
+        guard ready, !resubscribing.contains(path), let devPath = Self.devicePathPrefix(of: path), Self.parent(of: devPath) == adapterPath,
               let address = address(ofDevicePath: devPath), liveLinks.contains(address),
               cache[devPath]?[Iface.device]?["Connected"]?.bool == true || cache[devPath]?[Iface.device]?["ServicesResolved"]?.bool == true,
               let wanted = notifyUUIDs[address],

@@ -137,6 +137,9 @@ public final class BlueZClient {
     /// application registering again after a bluetoothd restart) — is subscribed to at once:
     /// the subscription made on the old object went with it, and nothing else would renew it.
     var liveLinks: Set<DeviceAddress> = []
+    /// Characteristics `resubscribe` is stopping and starting again: their own Notifying=false is
+    /// no end of a subscription.
+    var resubscribing: Set<String> = []
     /// Devices whose current link carried data from the wearable (`.linkProven` sent).
     var provenLinks: Set<DeviceAddress> = []
     /// Last Battery Level characteristic value, per device path.

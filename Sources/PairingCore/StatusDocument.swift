@@ -52,6 +52,22 @@ public struct StatusDocument: Codable, Sendable, Hashable {
         public init(reason: String, at: Date) { self.reason = reason; self.at = at }
     }
 
+    /// A link-health countdown running for a connected wearable (`LinkHealth`).
+    public struct Health: Codable, Sendable, Hashable {
+        /// `firstData` (the link's first notification awaited), `silence` (a characteristic that
+        /// notifies periodically is watched for silence) or `probe` (a read in flight).
+        public var check: String
+        /// The characteristic watched or probed (128-bit UUID); null for `firstData`.
+        public var characteristic: String?
+        /// When it runs out (the link is made again, or for `silence`, the wearable is probed).
+        public var deadline: Date
+        public init(check: String, characteristic: String?, deadline: Date) {
+            self.check = check
+            self.characteristic = characteristic
+            self.deadline = deadline
+        }
+    }
+
     public struct Device: Codable, Sendable, Hashable {
         public var address: String
         public var name: String
@@ -70,10 +86,15 @@ public struct StatusDocument: Codable, Sendable, Hashable {
         /// device (connected, disconnected, or out of range with the auto-connect armed: paird
         /// waits on it alone).
         public var nextDeadline: Date?
+        /// When a subscribed characteristic last delivered a notification (null: none since paird started).
+        public var lastData: Date?
+        /// The link-health countdown running, if any (null: none, as for a wearable that
+        /// notifies only on change, or any state but connected).
+        public var health: Health?
 
         public init(address: String, name: String, state: String, wanted: String, since: Date,
                     lastDisconnect: LastDisconnect?, reconnectAttempts: Int, battery: Int?, services: [String],
-                    autoConnect: Bool = false, nextDeadline: Date? = nil) {
+                    autoConnect: Bool = false, nextDeadline: Date? = nil, lastData: Date? = nil, health: Health? = nil) {
             self.address = address
             self.name = name
             self.state = state
@@ -85,11 +106,13 @@ public struct StatusDocument: Codable, Sendable, Hashable {
             self.services = services
             self.autoConnect = autoConnect
             self.nextDeadline = nextDeadline
+            self.lastData = lastData
+            self.health = health
         }
 
         enum CodingKeys: String, CodingKey {
             case address, name, state, wanted, since, lastDisconnect, reconnectAttempts, battery, services
-            case autoConnect, nextDeadline
+            case autoConnect, nextDeadline, lastData, health
         }
 
         // Decoded leniently: a status from a paird older than these two fields still reads.
@@ -106,6 +129,8 @@ public struct StatusDocument: Codable, Sendable, Hashable {
             services = try c.decode([String].self, forKey: .services)
             autoConnect = try c.decodeIfPresent(Bool.self, forKey: .autoConnect) ?? false
             nextDeadline = try c.decodeIfPresent(Date.self, forKey: .nextDeadline)
+            lastData = try c.decodeIfPresent(Date.self, forKey: .lastData)
+            health = try c.decodeIfPresent(Health.self, forKey: .health)
         }
 
         // Encode nulls explicitly: a consumer sees `"battery": null`, not a missing key.
@@ -122,6 +147,8 @@ public struct StatusDocument: Codable, Sendable, Hashable {
             try c.encode(services, forKey: .services)
             try c.encode(autoConnect, forKey: .autoConnect)
             try c.encode(nextDeadline, forKey: .nextDeadline)
+            try c.encode(lastData, forKey: .lastData)
+            try c.encode(health, forKey: .health)
         }
     }
 
