@@ -217,7 +217,7 @@ public final class Daemon {
                 feed(.setUpLinkFinished(a, failure: failure))
             }
         case .resubscribe(let a, let ch):
-            log.info("\(a): subscription to \(ch) ended while the link is up; subscribing again")
+            log.info("\(a): subscribing to \(ch) again (BlueZ ended it while the link is up, or the wearable answered a probe while it was silent)")
             bluez.resubscribe(a, characteristic: ch) { [unowned self] failure in
                 guard let failure else { return }
                 log.warning("\(a): StartNotify \(ch) again: \(failure.token)")
