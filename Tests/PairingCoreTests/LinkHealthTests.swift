@@ -283,6 +283,15 @@ struct LinkHealthTests {
         #expect(r.intervals.count == NotificationRhythm.minimumSamples)
         #expect(r.period == .seconds(1))
 
+        // A periodic source jittering on a loaded host (1-2 s around a 1 s median) is periodic.
+        var jittery = NotificationRhythm()
+        var t = 0.0
+        for k in 0..<12 {
+            jittery.record(.at(t), link: link)
+            t += [1.0, 1.1, 2.0, 1.0, 0.9, 1.9][k % 6]
+        }
+        #expect(jittery.period != nil)
+
         var irregular = NotificationRhythm()
         for (k, t) in [0.0, 0.5, 4, 4.2, 12, 30, 31, 45, 46.1, 80, 81].enumerated() {
             irregular.record(.at(t), link: link)
@@ -290,5 +299,25 @@ struct LinkHealthTests {
         }
         #expect(irregular.period == nil)
         #expect(irregular.silenceAllowance(periods: 5, minimum: .seconds(3)) == nil)
+    }
+}
+
+extension LinkHealthTests {
+    @Test("after a return (data before the set-up finished) the silence watch still runs and probes")
+    mutating func silenceAfterReturn() {
+        var h = Harness.connected(config: Self.config)
+        notify(&h, 10, every: .seconds(1))
+        h.send(.linkDown(watch, linkLoss))
+        h.advance(.seconds(3))
+        h.send(.linkUp(watch))
+        h.advance(.milliseconds(100))
+        h.send(.dataReceived(watch, characteristic: Self.hr))
+        h.send(.servicesResolved(watch))
+        h.advance(.milliseconds(500))
+        h.send(.dataReceived(watch, characteristic: Self.hr))
+        h.send(.setUpLinkFinished(watch, failure: nil))
+        notify(&h, 5, every: .seconds(1))
+        let out = silenceUntilProbe(&h)
+        #expect(out.contains { if case .probe = $0 { true } else { false } })
     }
 }

@@ -59,6 +59,8 @@ def rep(kind, k, p, w, watch, rng):
         w.cmd("come-back")
     else:
         wait_for(lambda: w.status()["subscribed"]["hr"], 30, "the strap subscribed")
+        n = len(watch.lines("notify"))
+        wait_for(lambda: len(watch.lines("notify")) >= n + 5, 30, "5 notifications on this link first")
         n0 = len(watch.lines("notify"))
         t = now()
         w.cmd("drop-subscription hr")
