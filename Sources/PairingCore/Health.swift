@@ -77,6 +77,14 @@ public struct NotificationRhythm: Sendable, Hashable {
         lastLink = link
     }
 
+    /// Forgets what was learned: after a silence that a probe ended (the wearable answered), so the
+    /// gap is never taken for an interval and a wearable that changed its rate is learned anew.
+    public mutating func restart() {
+        intervals = []
+        lastAt = nil
+        lastLink = nil
+    }
+
     /// The median interval when the characteristic is periodic; nil when it is not (or not yet known).
     public var period: Duration? {
         guard intervals.count >= Self.minimumSamples else { return nil }

@@ -73,6 +73,10 @@ extension PairingMachine {
             // The wearable answers (or nothing can tell): the link stays. Its subscription may be
             // what went (BlueZ 5.66 can drop a session silently, BENCHMARKS.md finding 17): made
             // again. Watched again when data comes.
+            // The silence is no interval of its rhythm: learned anew from the data that follows
+            // (the first bench run: two such gaps among 16 intervals made the strap "irregular",
+            // and the third drop went unwatched).
+            slots[i].rhythms[ch]?.restart()
             move(i, to: .connected(link, health: .quiet), now, &actions)
             actions.append(.resubscribe(a, characteristic: ch))
         case .failed(let f):

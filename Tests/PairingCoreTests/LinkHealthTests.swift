@@ -210,7 +210,10 @@ struct LinkHealthTests {
         #expect(health(h) == .quiet && h.armed.isEmpty)
         h.advance(.seconds(1))
         h.send(.dataReceived(watch, characteristic: Self.hr))
-        if case .watchingSilence? = health(h) {} else { Issue.record("watched again once data is back") }
+        #expect(health(h) == .quiet, "the period is learned anew: the silence was no interval")
+        h.advance(.seconds(1))
+        notify(&h, 8, every: .seconds(1))
+        if case .watchingSilence? = health(h) {} else { Issue.record("watched again once the period is learned again") }
     }
 
     @Test("a probe that fails or does not answer in time ends the link and makes it again")
@@ -319,5 +322,22 @@ extension LinkHealthTests {
         notify(&h, 5, every: .seconds(1))
         let out = silenceUntilProbe(&h)
         #expect(out.contains { if case .probe = $0 { true } else { false } })
+    }
+}
+
+extension LinkHealthTests {
+    @Test("drop after drop: each silence a probe answered is forgotten, so the next one is watched too")
+    mutating func repeatedDrops() {
+        var h = Harness.connected(config: Self.config)
+        notify(&h, 10, every: .seconds(1))
+        for round in 1...4 {
+            _ = silenceUntilProbe(&h)
+            guard case .probing(let call, _, _)? = health(h) else { Issue.record("round \(round): no probe"); return }
+            h.send(.probeFinished(watch, call: call, .answered))
+            h.advance(.seconds(1))
+            notify(&h, 10, every: .seconds(1))   // resubscribed: the flow is back, the period learned anew
+            if case .watchingSilence? = health(h) {} else { Issue.record("round \(round): not watched again"); return }
+        }
+        #expect(h.log.filter { if case .probe = $0 { true } else { false } }.count == 4)
     }
 }

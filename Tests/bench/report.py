@@ -150,9 +150,13 @@ def stall(d):
         g = [r for r in rs if r["kind"] == kind]
         if not g:
             continue
-        xs = [r["seconds"] for r in g]
-        over = [r for r in g if r["over10"]]
-        why = "; ".join(f"{r['seconds']:.1f} s: {', '.join(r['reasons']) or 'none'}" for r in over)
+        xs = [r["seconds"] for r in g if r.get("seconds") is not None]
+        if not xs:
+            print(f"| {kind} | {len(g)} | — | — | — | all failed |")
+            continue
+        over = [r for r in g if r.get("over10") or r.get("seconds") is None]
+        why = "; ".join(f"{r['seconds']:.1f} s: {', '.join(r['reasons']) or 'none'}" if r.get("seconds") is not None
+                        else f"failed: {r.get('failed')}" for r in over)
         print(f"| {kind} | {len(g)} | {statistics.median(xs):.2f} | {pct(xs, 95):.2f} | {max(xs):.2f} | {len(over)}"
               + (f" ({why})" if why else "") + " |")
 
