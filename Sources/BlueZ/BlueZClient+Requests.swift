@@ -194,6 +194,81 @@ extension BlueZClient {
         }
     }
 
+    /// Subscribes again to `characteristic` (128-bit UUID) under the device: `StartNotify` on each
+    /// such characteristic, after `StopNotify` where BlueZ still shows it notifying (its session
+    /// may be gone inside BlueZ: BENCHMARKS.md finding 17). Replies nil when all succeeded, else
+    /// the first failure (`.deviceGone` when the characteristic is not there).
+    public func resubscribe(_ address: DeviceAddress, characteristic: String, reply: @escaping (BlueZFailure?) -> Void) {
+        guard let devPath = devicePath(address) else {
+            loop.enqueue { reply(.deviceGone) }
+            return
+        }
+        let paths = characteristics(under: devPath).filter { $0.uuid == characteristic }.map(\.path)
+        guard !paths.isEmpty else {
+            loop.enqueue { reply(.deviceGone) }
+            return
+        }
+        var outcome: BlueZFailure?
+        var outstanding = paths.count
+        let done: (BlueZFailure?) -> Void = { failure in
+            if let failure, outcome == nil { outcome = failure }
+            outstanding -= 1
+            if outstanding == 0 { reply(outcome) }
+        }
+        for path in paths {
+            if cache[path]?[Iface.characteristic]?["Notifying"]?.bool == true {
+                resubscribing.insert(path)
+                call(path, Iface.characteristic, "StopNotify", timeout: gattTimeout) { [weak self] _ in
+                    guard let self else { return }
+                    self.startNotify(path) { [weak self] failure in
+                        self?.resubscribing.remove(path)
+                        done(failure)
+                    }
+                }
+            } else {
+                startNotify(path, reply: done)
+            }
+        }
+    }
+
+    /// Probes a silent wearable: reads Battery Level (0x2A19) if the device has it, else
+    /// `characteristic` itself if its `Flags` include `read`, with `timeout`. A successful read
+    /// proves the link (`.linkProven`) and reports the battery.
+    public func probe(_ address: DeviceAddress, characteristic: String, timeout: Duration, reply: @escaping (ProbeResult) -> Void) {
+        guard let devPath = devicePath(address) else {
+            loop.enqueue { reply(.failed(.deviceGone)) }
+            return
+        }
+        let chars = characteristics(under: devPath)
+        let readable = { (path: String) in
+            self.cache[path]?[Iface.characteristic]?["Flags"]?.stringArray?.contains("read") ?? false
+        }
+        let target = chars.first { $0.uuid == ServiceUUID.batteryLevel }?.path
+            ?? chars.first { $0.uuid == characteristic && readable($0.path) }?.path
+        guard let path = target else {
+            loop.enqueue { reply(.unavailable) }
+            return
+        }
+        stats.probes += 1
+        let gen = generation
+        call(path, Iface.characteristic, "ReadValue", [.vardict([String: DBusValue]())], timeout: timeout) { [weak self] result in
+            guard let self else { return }
+            switch result {
+            case .success(let values):
+                if gen == self.generation {
+                    self.proven(address)
+                    if values.count == 1, let bytes = values[0].bytes, let level = bytes.first,
+                       self.cache[path]?[Iface.characteristic]?["UUID"]?.string.flatMap(ServiceUUID.normalize) == ServiceUUID.batteryLevel {
+                        self.recordBattery(devPath, address, level)
+                    }
+                }
+                reply(.answered)
+            case .failure(let e):
+                reply(.failed(BlueZFailure(errorName: e.name, message: e.message)))
+            }
+        }
+    }
+
     /// `Properties.Get(Device1, ServicesResolved)`: nil when it cannot be read. Updates the cache
     /// (without an event), because a reconnect made by Connect() often signals nothing.
     public func readServicesResolved(_ address: DeviceAddress, reply: @escaping (Bool?) -> Void) {

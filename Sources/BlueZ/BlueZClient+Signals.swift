@@ -109,8 +109,10 @@ extension BlueZClient {
             apply(path, iface, changed, invalidated)
             if path == adapterPath || adapterPath == nil { evaluate() }
         case Iface.characteristic:
+            let wasNotifying = cache[path]?[Iface.characteristic]?["Notifying"]?.bool
             apply(path, iface, changed, invalidated)
             if let value = changed["Value"] { characteristicValue(path, value) }
+            if changed["Notifying"]?.bool == false, wasNotifying == true { notifyingEnded(path) }
         case Iface.battery:
             apply(path, iface, changed, invalidated)
             if ready, Self.parent(of: path) == adapterPath, let pct = changed["Percentage"]?.uint8,
@@ -190,6 +192,20 @@ extension BlueZClient {
             recordBattery(devPath, address, level)
         }
         emit(.notification(address, characteristic: uuid, value: bytes))
+    }
+
+    /// `Notifying` turned false on a characteristic `setUpLink` subscribed, while its device's link
+    /// is up and set up (a link going down ends its subscriptions too: `liveLinks` says which).
+    func notifyingEnded(_ path: String) {
+        guard ready, !resubscribing.contains(path), let devPath = Self.devicePathPrefix(of: path), Self.parent(of: devPath) == adapterPath,
+              let address = address(ofDevicePath: devPath), liveLinks.contains(address),
+              cache[devPath]?[Iface.device]?["Connected"]?.bool == true || cache[devPath]?[Iface.device]?["ServicesResolved"]?.bool == true,
+              let wanted = notifyUUIDs[address],
+              let raw = cache[path]?[Iface.characteristic]?["UUID"]?.string,
+              let uuid = ServiceUUID.normalize(raw), wanted.contains(uuid) else { return }
+        stats.subscriptionsEnded += 1
+        note("\(address): BlueZ ended the subscription to \(uuid) (Notifying false) while the link is up")
+        emit(.subscriptionEnded(address, characteristic: uuid))
     }
 
     func proven(_ address: DeviceAddress) {

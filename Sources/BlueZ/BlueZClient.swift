@@ -41,6 +41,10 @@ public final class BlueZClient {
         /// Configured characteristics that appeared on a link already set up (BlueZ re-discovered
         /// the wearable's services) and were subscribed to without a new `setUpLink`.
         public var lateSubscriptions = 0
+        /// `Notifying` turned false on a wanted characteristic of a set-up link (`subscriptionEnded`).
+        public var subscriptionsEnded = 0
+        /// Reads made to probe a silent wearable (`probe`).
+        public var probes = 0
         public init() {}
     }
 
@@ -133,6 +137,9 @@ public final class BlueZClient {
     /// application registering again after a bluetoothd restart) — is subscribed to at once:
     /// the subscription made on the old object went with it, and nothing else would renew it.
     var liveLinks: Set<DeviceAddress> = []
+    /// Characteristics `resubscribe` is stopping and starting again: their own Notifying=false is
+    /// no end of a subscription.
+    var resubscribing: Set<String> = []
     /// Devices whose current link carried data from the wearable (`.linkProven` sent).
     var provenLinks: Set<DeviceAddress> = []
     /// Last Battery Level characteristic value, per device path.

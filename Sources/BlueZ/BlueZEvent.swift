@@ -27,6 +27,9 @@ public enum BlueZEvent: Sendable, Hashable {
     /// A new `Value` of a characteristic subscribed through `setUpLink`.
     case notification(DeviceAddress, characteristic: String, value: [UInt8])
     case battery(DeviceAddress, UInt8)
+    /// `GattCharacteristic1.Notifying` of a characteristic subscribed through `setUpLink` turned
+    /// false while the device's link is up and set up: BlueZ ended a subscription paird wants.
+    case subscriptionEnded(DeviceAddress, characteristic: String)
     /// The wearable itself answered over the current link (a notification, or a characteristic
     /// read that succeeded): the link works end to end. Once per link. A link that resolved its
     /// services from BlueZ's cache proves nothing more (seen on 5.66 when the wearable forgot the

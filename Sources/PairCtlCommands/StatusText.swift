@@ -40,7 +40,20 @@ enum StatusText {
         }
     }
 
-    static func render(_ s: StatusDocument) -> String {
+    /// "1.2 s", "3 min", "2 h": how long ago `t` was.
+    static func ago(_ t: Date, _ now: Date) -> String {
+        let s = max(0, now.timeIntervalSince(t))
+        if s < 90 { return BluetoothdText.seconds(s) }
+        if s < 5400 { return "\(Int((s / 60).rounded())) min" }
+        return "\(Int((s / 3600).rounded())) h"
+    }
+
+    /// `2a37` for a Bluetooth base UUID, else the UUID.
+    static func shortUUID(_ u: String) -> String {
+        u.hasPrefix("0000") && u.hasSuffix("-0000-1000-8000-00805f9b34fb") ? String(u.dropFirst(4).prefix(4)) : u
+    }
+
+    static func render(_ s: StatusDocument, now: Date = Date()) -> String {
         var lines: [String] = []
         if let why = s.daemon.stateFileError {
             lines.append("state file: NOT WRITABLE (\(why)): changes since then are lost when paird restarts")
@@ -64,6 +77,17 @@ enum StatusText {
             if d.reconnectAttempts > 0 { line += ", \(d.reconnectAttempts) connect attempt(s)" }
             if !d.missingCharacteristics.isEmpty {
                 line += ", MISSING on its link: \(d.missingCharacteristics.joined(separator: ", ")) (dropped by a firmware update, or lost by BlueZ: `pairctl unpair` + `pairctl pair` make BlueZ read the services anew)"
+            }
+            if let t = d.lastData { line += ", data \(ago(t, now)) ago" }
+            if let h = d.health {
+                let what = h.characteristic.map(shortUUID) ?? ""
+                let left = max(0, h.deadline.timeIntervalSince(now))
+                switch h.check {
+                case "firstData": line += ", awaiting the first notification (\(BluetoothdText.seconds(left)) left, then the link is made again)"
+                case "silence": line += ", watching \(what) for silence (probed in \(BluetoothdText.seconds(left)) unless it notifies)"
+                case "probe": line += ", probing: \(what) silent (\(BluetoothdText.seconds(left)) left for the answer)"
+                default: line += ", \(h.check) until \(timestamp(h.deadline))"
+                }
             }
             if d.state == "waitingForDevice" {
                 line += d.nextDeadline.map { ", next connect attempt at \(timestamp($0))" }

@@ -16,8 +16,14 @@ public struct DaemonConfig: Sendable, Equatable {
     public var subscribe: [String] = [ServiceUUID.heartRateMeasurement]
     /// Read Battery Level after every (re)connect and subscribe to it.
     public var battery = true
+    /// `[Health] FirstDataTimeout`: the machine's `firstDataTimeout`, given to it only when
+    /// `Subscribe` names a characteristic (with nothing subscribed no data is awaited). 0 = off.
+    public var firstDataTimeout: Duration = Self.defaultFirstDataTimeout
+    public static let defaultFirstDataTimeout = Duration.seconds(5)
 
-    public init() {}
+    public init() {
+        machine.firstDataTimeout = firstDataTimeout
+    }
 
     public struct Error: Swift.Error, CustomStringConvertible, Equatable {
         public var file: String
@@ -92,10 +98,20 @@ public struct DaemonConfig: Sendable, Equatable {
                 case "no", "false", "off", "0": c.battery = false
                 default: throw fail("Battery must be yes or no, got \"\(value)\"")
                 }
+            case ("Health", "FirstDataTimeout"): c.firstDataTimeout = try seconds(0...300)
+            case ("Health", "SilencePeriods"):
+                guard let v = Int(value), (2...1000).contains(v) else { throw fail("SilencePeriods must be a whole number in 2…1000, got \"\(value)\"") }
+                c.machine.silencePeriods = v
+            case ("Health", "SilenceMinimum"): c.machine.silenceMinimum = try seconds(0.5...3600)
+            case ("Health", "ProbeTimeout"): c.machine.probeTimeout = try seconds(1...120)
+            case ("Health", "ResubscribesPerLink"):
+                guard let v = Int(value), (0...100).contains(v) else { throw fail("ResubscribesPerLink must be a whole number in 0…100, got \"\(value)\"") }
+                c.machine.resubscribesPerLink = v
             default:
                 warnings.append("\(file):\(lineNo): unknown key \(key) in [\(section)], ignored")
             }
         }
+        c.machine.firstDataTimeout = c.subscribe.isEmpty || c.firstDataTimeout == .zero ? nil : c.firstDataTimeout
         if c.machine.backoff.maximum < c.machine.backoff.initial {
             // the later of the two keys set is the one that made the pair inconsistent
             throw Error(file: file, line: max(backoffMaxLine, backoffInitialLine), reason: "BackoffMax (\(c.machine.backoff.maximum)) is below BackoffInitial (\(c.machine.backoff.initial))")
@@ -110,6 +126,7 @@ public struct DaemonConfig: Sendable, Equatable {
         "Connection": ["ConnectTimeout", "DiscoveryTimeout", "ResolveTimeout", "BackoffInitial", "BackoffMax", "FallbackInterval",
                        "AutoConnectHeadStart", "AbsentAfter", "FastAttempts", "SetupFailuresBeforeRepair", "ProofWindow"],
         "Notifications": ["Subscribe", "Battery"],
+        "Health": ["FirstDataTimeout", "SilencePeriods", "SilenceMinimum", "ProbeTimeout", "ResubscribesPerLink"],
     ]
 
     /// Reads `path`. A missing file means all defaults, unless `mustExist` (paird's `--config`

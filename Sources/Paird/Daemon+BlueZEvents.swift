@@ -45,6 +45,10 @@ extension Daemon {
         case .notification(let a, let characteristic, let value):
             try? bus.emitSignal(path: PairdAPI.objectPath, interface: PairdAPI.interface, member: "Notification",
                                 args: [.string(a.description), .string(characteristic), .bytes(value)])
+            // Battery Level notifies on change: it is no sign of the data flow's health.
+            if characteristic != ServiceUUID.batteryLevel { feed(.dataReceived(a, characteristic: characteristic)) }
+        case .subscriptionEnded(let a, let characteristic):
+            feed(.subscriptionEnded(a, characteristic: characteristic))
         case .battery(let a, let level):
             guard battery[a] != level else { return }
             battery[a] = level

@@ -216,6 +216,19 @@ public final class Daemon {
             bluez.setUpLink(a, subscribe: config.subscribe, battery: config.battery) { [unowned self] failure in
                 feed(.setUpLinkFinished(a, failure: failure))
             }
+        case .resubscribe(let a, let ch):
+            log.info("\(a): subscribing to \(ch) again (BlueZ ended it while the link is up, or the wearable answered a probe while it was silent)")
+            bluez.resubscribe(a, characteristic: ch) { [unowned self] failure in
+                guard let failure else { return }
+                log.warning("\(a): StartNotify \(ch) again: \(failure.token)")
+                feed(.subscriptionEnded(a, characteristic: ch))
+            }
+        case .probe(let a, let call, let ch, let timeout):
+            log.info("\(a): \(ch) silent for several of its periods; probing with a read")
+            bluez.probe(a, characteristic: ch, timeout: timeout) { [unowned self] result in
+                log.info("\(a): probe: \(result)")
+                feed(.probeFinished(a, call: call, result))
+            }
         case .setTrusted(let a, let trusted):
             bluez.setTrusted(a, trusted) { [unowned self] failure in
                 if let failure { log.warning("setting Trusted=\(trusted) on \(a) failed: \(failure.token)") }

@@ -25,15 +25,18 @@ extension StatusDocument {
             return Pairing(phase: p.phase.name, deadline: wall(p.countdown.deadline), device: device)
         }
         let devices = machine.devices.values.sorted { $0.address < $1.address }.map { d in
-            Device(
+            let watch = machine.healthWatch(d.address)
+            return Device(
                 address: d.address.description, name: d.identity.name, state: d.state.name, wanted: d.wanted.rawValue,
                 since: wall(d.since),
                 lastDisconnect: d.lastDisconnect.map { .init(reason: $0.reason, at: wall($0.at)) },
                 reconnectAttempts: d.reconnectAttempts, battery: battery[d.address].map(Int.init),
                 services: d.identity.serviceUUIDs, autoConnect: machine.autoConnectArmed.contains(d.address),
-                nextDeadline: d.state.countdown.map { wall($0.deadline) },
+                nextDeadline: (watch?.deadline ?? d.state.countdown?.deadline).map(wall),
                 repairReason: { if case .needsRepair(let r) = d.state { r.token } else { nil } }(),
-                missingCharacteristics: d.missingCharacteristics.sorted())
+                missingCharacteristics: d.missingCharacteristics.sorted(),
+                lastData: d.lastDataAt.map(wall),
+                health: watch.map { Health(check: $0.purpose.rawValue, characteristic: $0.characteristic, deadline: wall($0.deadline)) })
         }
         let w = machine.bluetoothd
         let crash = w.lastCrash.map { c -> Bluetoothd.Crash in

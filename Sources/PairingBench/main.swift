@@ -52,7 +52,7 @@ func runBenchmark() {
             case .arm(let c): if case .device(let d) = c.id.owner { lastCountdown[Int(d.value - base)] = c.id }
             case .connect(let d, let call, _): lastCall[Int(d.value - base)] = call
             case .cancel, .disconnect, .setUpLink, .setTrusted, .removeDevice, .startDiscovery, .stopDiscovery, .restartDiscovery, .pair, .answerAgent,
-                 .cancelPairing, .updateAutoConnect, .queryBluetoothdUnit, .startBluetoothd, .bluetoothdReport, .persist, .report,
+                 .cancelPairing, .updateAutoConnect, .queryBluetoothdUnit, .resubscribe, .probe, .startBluetoothd, .bluetoothdReport, .persist, .report,
                  .pairingProgress, .pairingEnded:
                 break
             }

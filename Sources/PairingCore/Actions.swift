@@ -9,6 +9,12 @@ public enum Action: Sendable, Hashable {
     /// the battery; answer with `Event.setUpLinkFinished`.
     case setUpLink(DeviceAddress)
     case setTrusted(DeviceAddress, Bool)
+    /// `StartNotify` the characteristic (128-bit UUID) again, after `StopNotify` where BlueZ still
+    /// shows it notifying; a failure answers with `Event.subscriptionEnded`.
+    case resubscribe(DeviceAddress, characteristic: String)
+    /// Read Battery Level (0x2A19), else `characteristic` itself if it is readable, with this
+    /// D-Bus timeout; answer with `Event.probeFinished(call:)`.
+    case probe(DeviceAddress, call: UInt64, characteristic: String, timeout: Duration)
     /// `Adapter1.RemoveDevice()`: forget the device and its keys in BlueZ.
     case removeDevice(DeviceAddress)
     /// `SetDiscoveryFilter` (UUIDs, LE, address pattern) then `StartDiscovery`.
@@ -239,6 +245,23 @@ public struct MachineConfig: Sendable, Hashable {
     public var bluetoothdRestart = Backoff(initial: .seconds(2), maximum: .seconds(60), jitter: 0)
     /// Starts in a row that never reached a ready adapter before paird stops (and says so).
     public var bluetoothdRestartCap: Int = 5
+    /// A link set up (services resolved, subscribed) whose subscriptions deliver nothing by then
+    /// is ended and made again (`LinkHealth.awaitingFirstData`); nil: not watched. The machine
+    /// cannot know whether anything was subscribed: the runtime sets it (paird.conf's
+    /// `FirstDataTimeout`, on when `Subscribe` names a characteristic).
+    public var firstDataTimeout: Duration?
+    /// A characteristic that notifies periodically (`NotificationRhythm.period`) is probed when
+    /// silent this many of its periods…
+    public var silencePeriods: Int = 5
+    /// …and at least this long (a fast stream's short gap is no stall).
+    public var silenceMinimum: Duration = .seconds(3)
+    /// The probe (a read) must answer within this, or the link is made again.
+    public var probeTimeout: Duration = .seconds(5)
+    /// Subscriptions made again on one link (since data last came) before paird makes the link
+    /// again instead: BlueZ that keeps ending or refusing them is not asked in a tight loop.
+    public var resubscribesPerLink: Int = 3
+    /// See `ManagedDevice.healthRemakes`.
+    public var healthRemakesInRow: Int = 2
 
     public init() {}
 

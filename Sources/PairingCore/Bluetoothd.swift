@@ -134,10 +134,6 @@ public struct BluetoothdWatch: Sendable, Hashable {
     /// It crashed since the adapter was last ready: a link found up and unresolved at the next
     /// reconciliation predates the new bluetoothd and is dropped at once (`reconcile`).
     var crashedSinceReady = false
-    /// Devices linked when bluetoothd crashed whose first link since has not come up yet: the
-    /// new bluetoothd may report the kernel's kept (and never resolving) link as `Connected` just
-    /// after the reconciliation, so that first link gets the resolve countdown, not the discovery one.
-    var firstLinkAfterCrash: Set<DeviceAddress> = []
     /// `execMainStart` of the run that crashed: a failed start shows a different one.
     var crashedRun: UInt64?
     /// The last crash, for the journal and `pairctl status`.

@@ -20,6 +20,9 @@ public enum CountdownPurpose: String, Sendable, Hashable, CaseIterable {
     case retryBackoff      // wait before retrying a transient connect failure
     case discovery         // link up, services must resolve and notifications be set up by then
     case resolve           // link up but unresolved (e.g. adopted after bluetoothd returned): ServicesResolved by then, or drop and connect again
+    case firstData         // connected: the first notification of the link must come by then, or the link is made again
+    case silence           // connected: a characteristic that notifies periodically is silent past several of its periods by then: probe
+    case probe             // connected: the probe (a read) must answer by then, or the link is made again
     case fallbackConnect   // waiting for the wearable: when to try one Connect() besides the kernel's auto-connect
     case scan              // pairing: how long to look for a matching wearable
     case scanRestart       // pairing: when to stop a scan that found nothing, or start it again

@@ -20,8 +20,9 @@ public enum DeviceState: Sendable, Hashable {
     case connecting(ConnectPhase, attempt: Int, countdown: Countdown)
     /// Link up; waiting for ServicesResolved and for notifications to be set up.
     case discovering(Link, countdown: Countdown)
-    /// Link up, services resolved, notifications subscribed.
-    case connected(Link)
+    /// Link up, services resolved, notifications subscribed; `health` is what paird watches of the
+    /// data flow meanwhile (`LinkHealth`), with its countdown while one runs.
+    case connected(Link, health: LinkHealth)
     /// Out of range, or not come up yet. The kernel's LE auto-connect (armed by our GattProfile1)
     /// waits for the wearable at no radio cost beyond passive scanning; see `WaitPhase` for what
     /// paird adds.
@@ -55,7 +56,8 @@ public enum DeviceState: Sendable, Hashable {
         switch self {
         case .connecting(_, _, let c), .discovering(_, let c), .waitingForDevice(.fallbackDue(let c)),
              .waitingForDevice(.fallbackConnecting(_, _, let c)): c
-        case .restoring, .connected, .waitingForDevice(.onAutoConnect), .disconnected, .needsRepair, .adapterUnavailable: nil
+        case .connected(_, let health): health.countdown
+        case .restoring, .waitingForDevice(.onAutoConnect), .disconnected, .needsRepair, .adapterUnavailable: nil
         }
     }
 
@@ -89,7 +91,7 @@ public enum DeviceState: Sendable, Hashable {
     /// The link a linked state carries; nil in the others.
     public var link: Link? {
         switch self {
-        case .discovering(let l, _), .connected(let l): l
+        case .discovering(let l, _), .connected(let l, _): l
         case .restoring, .connecting, .waitingForDevice, .disconnected, .needsRepair, .adapterUnavailable: nil
         }
     }
@@ -123,6 +125,11 @@ public struct Link: Sendable, Hashable {
     /// What the lost-bond heuristic made of the current set-up (since the link came up or its
     /// services last resolved) when its services went; nil while it has not judged it.
     public var setupVerdict: SetupVerdict?
+    /// A subscribed characteristic delivered over this link (`Event.dataReceived`).
+    public var dataSeen: Bool = false
+    /// Subscriptions paird made again on this link after BlueZ ended them (`Event.subscriptionEnded`)
+    /// since data last came: at `MachineConfig.resubscribesPerLink` the link is made again instead.
+    public var resubscribes: Int = 0
 
     public init(upAt: Moment, resolved: Bool = false, adoptedUnresolved: Bool = false, proven: Bool = false,
                 setupVerdict: SetupVerdict? = nil) {
@@ -247,6 +254,16 @@ public struct ManagedDevice: Sendable, Hashable {
     /// reported once, shown in the status, never a reason to drop the link (a new one would not
     /// bring them back: a firmware update dropped them, or BlueZ's cache lost them).
     public var missingCharacteristics: Set<String> = []
+    /// The notification rhythm learned per subscribed characteristic (128-bit UUID), kept across
+    /// links while paird runs (not persisted): what the silence watch reads.
+    public var rhythms: [String: NotificationRhythm] = [:]
+    /// Links made again for a weak health reason (no first data, subscriptions that kept ending)
+    /// in a row without data in between: at `MachineConfig.healthRemakesInRow` paird stops doing
+    /// that for this wearable until it delivers again (a wearable that notifies rarely is not
+    /// reconnected in a loop).
+    public var healthRemakes: Int = 0
+    /// When a subscribed characteristic last delivered (for status).
+    public var lastDataAt: Moment?
 
     public struct LastDisconnect: Sendable, Hashable {
         public var reason: String

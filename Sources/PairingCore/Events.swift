@@ -104,6 +104,16 @@ public enum Event: Sendable, Hashable {
     /// devices can show up only after the adapter does.
     case bondedDeviceAppeared(DeviceAddress)
 
+    // Link health (`LinkHealth`).
+    /// A subscribed characteristic (128-bit UUID; not Battery Level, which notifies on change)
+    /// delivered a notification.
+    case dataReceived(DeviceAddress, characteristic: String)
+    /// BlueZ ended a subscription paird wants (`GattCharacteristic1.Notifying` turned false) while
+    /// the link stayed up, or the `StartNotify` of `Action.resubscribe` failed.
+    case subscriptionEnded(DeviceAddress, characteristic: String)
+    /// The answer to `Action.probe`.
+    case probeFinished(DeviceAddress, call: UInt64, ProbeResult)
+
     // Replies to our actions.
     case connectSucceeded(DeviceAddress, call: UInt64)
     case connectFailed(DeviceAddress, call: UInt64, BlueZFailure)

@@ -49,7 +49,6 @@ extension PairingMachine {
         } else if view.connected {
             slots[i].ownDrop = nil
             let link = Link(upAt: now, resolved: view.servicesResolved, adoptedUnresolved: !view.servicesResolved)
-            bluetoothd.firstLinkAfterCrash.remove(a)
             if !view.servicesResolved, bluetoothd.crashedSinceReady {
                 // The kernel kept the link through a bluetoothd crash: the new bluetoothd made no
                 // ATT channel on it and never resolves it (bed run 1: 2 of 2). Drop it now, and

@@ -148,7 +148,6 @@ extension PairingMachine {
         if remembered { actions.append(.persist) }
         bluetoothd.settingUpAtLoss = []
         bluetoothd.crashedSinceReady = true
-        bluetoothd.firstLinkAfterCrash = Set(crash.awaited)
         bluetoothd.lastCrash = crash
         actions.append(.bluetoothdReport(.crashed(crash)))
     }

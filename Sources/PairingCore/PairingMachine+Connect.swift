@@ -43,7 +43,8 @@ extension PairingMachine {
 
     mutating func connectSucceeded(_ a: DeviceAddress, _ call: UInt64, _ now: Moment, _ actions: inout [Action]) {
         guard let i = slot[a], slots[i].state.pendingCall == call else { return }
-        move(i, to: .discovering(Link(upAt: now), countdown: discoveryCountdown(a, now)), now, &actions)
+        // Unresolved yet (the daemon asks BlueZ at once): ServicesResolved by the resolve deadline.
+        move(i, to: .discovering(Link(upAt: now), countdown: resolveCountdown(a, now)), now, &actions)
     }
 
     mutating func connectFailed(_ a: DeviceAddress, _ call: UInt64, _ f: BlueZFailure, _ now: Moment, _ actions: inout [Action]) {
@@ -139,7 +140,9 @@ extension PairingMachine {
                 dropUnusableLink(i, link, now, &actions, reason: id.purpose == .resolve ? "resolve-timeout" : "discovery-timeout")
             case .waitingForDevice(.fallbackDue):
                 fallbackConnect(i, now, &actions)
-            case .restoring, .connected, .waitingForDevice(.onAutoConnect), .disconnected, .needsRepair, .adapterUnavailable:
+            case .connected(let link, let health):
+                healthCountdownFired(i, link, health, now, &actions)
+            case .restoring, .waitingForDevice(.onAutoConnect), .disconnected, .needsRepair, .adapterUnavailable:
                 // Untimed states carry no countdown, so the guard above already returned.
                 assertionFailure("countdown \(id) fired in the untimed state \(d.state.name)")
             }

@@ -13,16 +13,17 @@ extension PairingMachine {
         guard let i = slot[a] else { return }
         slots[i].ownDrop = nil // a new link: the old one went down unseen
         let fresh = Link(upAt: now)
-        // The first link after a bluetoothd crash may be the kernel's kept one, which the new
-        // bluetoothd never resolves (bed: 3 of 7 set-up crashes): the resolve countdown.
-        let afterCrash = bluetoothd.firstLinkAfterCrash.remove(a) != nil
+        // Every fresh link gets the resolve countdown (a link whose ATT answers stall, or the
+        // first link after a bluetoothd crash, which may be the kernel's kept one that the new
+        // bluetoothd never resolves: bed, 3 of 7 set-up crashes); resolved, the discovery one.
         switch slots[i].state {
         case .connecting, .waitingForDevice:
-            move(i, to: .discovering(fresh, countdown: afterCrash ? resolveCountdown(a, now) : discoveryCountdown(a, now)), now, &actions)
+            move(i, to: .discovering(fresh, countdown: resolveCountdown(a, now)), now, &actions)
         case .discovering(_, let c):
             slots[i].state = .discovering(fresh, countdown: c)
         case .connected:
-            slots[i].state = .connected(fresh)
+            // A new link under a set-up one (the old went down unseen): its health starts over.
+            move(i, to: .connected(fresh, health: .quiet), now, &actions)
         case .disconnected:
             actions.append(.disconnect(a)) // the user wants it down: something else brought it up
         case .restoring, .needsRepair, .adapterUnavailable:
@@ -69,7 +70,7 @@ extension PairingMachine {
     mutating func servicesLost(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
         guard let i = slot[a] else { return }
         updateLink(i) { $0.resolved = false }
-        guard case .connected(let old) = slots[i].state else { return }
+        guard case .connected(let old, _) = slots[i].state else { return }
         let counted = old.setupVerdict == nil && unprovenWithinProofWindow(old, now)
         if counted, countSetupFailure(i) {
             move(i, to: .needsRepair(reason: .suspectedBondLoss), now, &actions)
@@ -92,7 +93,7 @@ extension PairingMachine {
             slots[i].hasBeenConnected = true
             slots[i].reconnectAttempts = 0
             slots[i].ownDrop = nil // bounded: a drop it would have excused is a loss now
-            move(i, to: .connected(link), now, &actions, kind: kind, attempt: attempts)
+            move(i, to: .connected(link, health: initialHealth(i, link, now)), now, &actions, kind: kind, attempt: attempts)
             if case .settling(a)? = pairing?.phase {
                 endPairing(.success(a, name: d.identity.name), now, &actions)
             }
@@ -110,7 +111,7 @@ extension PairingMachine {
         slots[i].ownDrop = nil
         let verdict = DisconnectClassifier.classify(e, weAskedForIt: ownDrop)
         switch slots[i].state {
-        case .connected(let link), .discovering(let link, _):
+        case .connected(let link, _), .discovering(let link, _):
             switch verdict {
             case .requested where ownDrop:
                 // The link we dropped at the discovery timeout, after a Connect that it answered
@@ -190,7 +191,7 @@ extension PairingMachine {
     mutating func updateLink(_ i: Int, _ change: (inout Link) -> Void) {
         switch slots[i].state {
         case .discovering(var link, let c): change(&link); slots[i].state = .discovering(link, countdown: c)
-        case .connected(var link): change(&link); slots[i].state = .connected(link)
+        case .connected(var link, let h): change(&link); slots[i].state = .connected(link, health: h)
         case .restoring, .connecting, .waitingForDevice, .disconnected, .needsRepair, .adapterUnavailable: break
         }
     }
@@ -200,8 +201,9 @@ extension PairingMachine {
     }
 
     /// For a link that is up and unresolved: `MachineConfig.resolveTimeout` to resolve, else it is
-    /// dropped and connected again (`countdownFired`, as at the discovery timeout). General: any
-    /// `discovering` state may carry it; today reconciliation (adoption) arms it.
+    /// dropped and connected again (`countdownFired`, as at the discovery timeout). Every link
+    /// that enters `discovering` unresolved carries it: a fresh one (`linkUp`, `connectSucceeded`)
+    /// and one adopted at reconciliation.
     mutating func resolveCountdown(_ a: DeviceAddress, _ now: Moment) -> Countdown {
         countdown(.device(a), .resolve, now.advanced(byNanoseconds: resolveNanos))
     }

@@ -52,6 +52,22 @@ public struct StatusDocument: Codable, Sendable, Hashable {
         public init(reason: String, at: Date) { self.reason = reason; self.at = at }
     }
 
+    /// A link-health countdown running for a connected wearable (`LinkHealth`).
+    public struct Health: Codable, Sendable, Hashable {
+        /// `firstData` (the link's first notification awaited), `silence` (a characteristic that
+        /// notifies periodically is watched for silence) or `probe` (a read in flight).
+        public var check: String
+        /// The characteristic watched or probed (128-bit UUID); null for `firstData`.
+        public var characteristic: String?
+        /// When it runs out (the link is made again, or for `silence`, the wearable is probed).
+        public var deadline: Date
+        public init(check: String, characteristic: String?, deadline: Date) {
+            self.check = check
+            self.characteristic = characteristic
+            self.deadline = deadline
+        }
+    }
+
     public struct Device: Codable, Sendable, Hashable {
         public var address: String
         public var name: String
@@ -75,11 +91,16 @@ public struct StatusDocument: Codable, Sendable, Hashable {
         public var repairReason: String?
         /// Configured characteristics the last set-up link did not show (UUIDs; empty: none).
         public var missingCharacteristics: [String]
+        /// When a subscribed characteristic last delivered a notification (null: none since paird started).
+        public var lastData: Date?
+        /// The link-health countdown running, if any (null: none, as for a wearable that
+        /// notifies only on change, or any state but connected).
+        public var health: Health?
 
         public init(address: String, name: String, state: String, wanted: String, since: Date,
                     lastDisconnect: LastDisconnect?, reconnectAttempts: Int, battery: Int?, services: [String],
                     autoConnect: Bool = false, nextDeadline: Date? = nil, repairReason: String? = nil,
-                    missingCharacteristics: [String] = []) {
+                    missingCharacteristics: [String] = [], lastData: Date? = nil, health: Health? = nil) {
             self.address = address
             self.name = name
             self.state = state
@@ -93,11 +114,13 @@ public struct StatusDocument: Codable, Sendable, Hashable {
             self.nextDeadline = nextDeadline
             self.repairReason = repairReason
             self.missingCharacteristics = missingCharacteristics
+            self.lastData = lastData
+            self.health = health
         }
 
         enum CodingKeys: String, CodingKey {
             case address, name, state, wanted, since, lastDisconnect, reconnectAttempts, battery, services
-            case autoConnect, nextDeadline, repairReason, missingCharacteristics
+            case autoConnect, nextDeadline, repairReason, missingCharacteristics, lastData, health
         }
 
         // Decoded leniently: a status from a paird older than these two fields still reads.
@@ -116,6 +139,8 @@ public struct StatusDocument: Codable, Sendable, Hashable {
             nextDeadline = try c.decodeIfPresent(Date.self, forKey: .nextDeadline)
             repairReason = try c.decodeIfPresent(String.self, forKey: .repairReason)
             missingCharacteristics = try c.decodeIfPresent([String].self, forKey: .missingCharacteristics) ?? []
+            lastData = try c.decodeIfPresent(Date.self, forKey: .lastData)
+            health = try c.decodeIfPresent(Health.self, forKey: .health)
         }
 
         // Encode nulls explicitly: a consumer sees `"battery": null`, not a missing key.
@@ -134,6 +159,8 @@ public struct StatusDocument: Codable, Sendable, Hashable {
             try c.encode(nextDeadline, forKey: .nextDeadline)
             try c.encode(repairReason, forKey: .repairReason)
             try c.encode(missingCharacteristics, forKey: .missingCharacteristics)
+            try c.encode(lastData, forKey: .lastData)
+            try c.encode(health, forKey: .health)
         }
     }
 

@@ -401,6 +401,82 @@ struct BlueZClientTests {
         #expect(done == .some(.deviceGone))
     }
 
+    /// Issue 18: BlueZ ending a wanted subscription while the link stays up is reported (and only
+    /// then); `resubscribe` makes it again (StopNotify first where BlueZ still shows it notifying);
+    /// `probe` reads Battery Level. The mock's Notifying changes only as the test sets it (real
+    /// BlueZ flips it on StartNotify/StopNotify and when a notify session ends).
+    @Test func subscriptionEndedResubscribeAndProbe() throws {
+        let mock = try MockBlueZ()
+        try mock.addAdapter()
+        try mock.addDevice("hci0", devA)
+        try mock.addGatt(device: pathA)
+        let (client, rec, _) = try mock.startClient()
+        let hrm = pathA + "/service000a/char000b"
+        let bat = pathA + "/service000e/char000f"
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["Connected": .bool(true), "ServicesResolved": .bool(true)])
+        try runUntil(mock.loop, "link up") { rec.has(.servicesResolvedChanged(addrA, true)) }
+
+        var done: BlueZFailure?? = .none
+        client.setUpLink(addrA, subscribe: ["2a37"], battery: true) { done = .some($0) }
+        try runUntil(mock.loop, "setUpLink") { done != nil }
+        try mock.updateProperties(hrm, MockBlueZ.gattChar, ["Notifying": .bool(true)])
+        try mock.updateProperties(hrm, MockBlueZ.gattChar, ["Notifying": .bool(false)])
+        try runUntil(mock.loop, "subscriptionEnded") {
+            rec.has(.subscriptionEnded(addrA, characteristic: ServiceUUID.heartRateMeasurement))
+        }
+        #expect(client.stats.subscriptionsEnded == 1)
+
+        // Made again: Notifying is false, so StartNotify alone.
+        done = .none
+        client.resubscribe(addrA, characteristic: ServiceUUID.heartRateMeasurement) { done = .some($0) }
+        try runUntil(mock.loop, "resubscribe") { done != nil }
+        #expect(done == .some(nil))
+        #expect(try mock.calls(hrm, "StartNotify").count == 2)
+        #expect(try mock.calls(hrm, "StopNotify").isEmpty)
+        // BlueZ still shows it notifying (a session lost inside BlueZ): StopNotify, then StartNotify.
+        try mock.updateProperties(hrm, MockBlueZ.gattChar, ["Notifying": .bool(true)])
+        var barrier: Bool?? = .none   // a call's reply comes after the signal the mock sent before it
+        client.readServicesResolved(addrA) { barrier = .some($0) }
+        try runUntil(mock.loop, "Notifying true in cache") { barrier != nil }
+        done = .none
+        client.resubscribe(addrA, characteristic: ServiceUUID.heartRateMeasurement) { done = .some($0) }
+        try runUntil(mock.loop, "resubscribe 2") { done != nil }
+        #expect(try mock.calls(hrm, "StopNotify").count == 1)
+        #expect(try mock.calls(hrm, "StartNotify").count == 3)
+        // Refused: the failure is answered (the daemon feeds it back as another end).
+        try mock.addMethod(hrm, MockBlueZ.gattChar, "StartNotify", in: "", out: "", code:
+            "raise dbus.exceptions.DBusException('Failed', name='org.bluez.Error.Failed')")
+        try mock.updateProperties(hrm, MockBlueZ.gattChar, ["Notifying": .bool(false)])
+        done = .none
+        client.resubscribe(addrA, characteristic: ServiceUUID.heartRateMeasurement) { done = .some($0) }
+        try runUntil(mock.loop, "resubscribe refused") { done != nil }
+        #expect(done != .some(nil))
+
+        // Probe: reads Battery Level.
+        var probed: ProbeResult?
+        client.probe(addrA, characteristic: ServiceUUID.heartRateMeasurement, timeout: .seconds(5)) { probed = $0 }
+        try runUntil(mock.loop, "probe") { probed != nil }
+        #expect(probed == .answered)
+        #expect(try mock.calls(bat, "ReadValue").count == 2, "the set-up's read and the probe's")
+        try mock.addMethod(bat, MockBlueZ.gattChar, "ReadValue", in: "a{sv}", out: "ay", code:
+            "raise dbus.exceptions.DBusException('Not connected', name='org.bluez.Error.Failed')")
+        probed = nil
+        client.probe(addrA, characteristic: ServiceUUID.heartRateMeasurement, timeout: .seconds(5)) { probed = $0 }
+        try runUntil(mock.loop, "probe failing") { probed != nil }
+        if case .failed? = probed {} else { Issue.record("expected a failed probe, got \(String(describing: probed))") }
+
+        // The link goes down: its subscriptions ending is no event.
+        let ended = client.stats.subscriptionsEnded
+        #expect(ended == 2, "the end before the refused resubscribe was one too")
+        try mock.updateProperties(hrm, MockBlueZ.gattChar, ["Notifying": .bool(true)])
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["ServicesResolved": .bool(false), "Connected": .bool(false)])
+        try runUntil(mock.loop, "link down") { rec.has(.servicesResolvedChanged(addrA, false)) }
+        try mock.updateProperties(hrm, MockBlueZ.gattChar, ["Notifying": .bool(false)])
+        try mock.updateProperties(bat, MockBlueZ.gattChar, ["Value": .bytes([50])])
+        try runUntil(mock.loop, "a later signal") { rec.has(.battery(addrA, 50)) || client.stats.subscriptionsEnded > ended }
+        #expect(client.stats.subscriptionsEnded == ended)
+    }
+
     /// The agent decides nothing: each question becomes an event, and its reply is what the
     /// machine answers (`answerAgent`), however late; BlueZ's Cancel voids what is pending.
     @Test func agentHandsEachQuestionOnAndRepliesWithTheAnswer() throws {

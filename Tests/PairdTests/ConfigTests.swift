@@ -102,6 +102,33 @@ struct ConfigTests {
         #expect(c.battery == false)
     }
 
+    @Test("[Health]: every key is read; FirstDataTimeout reaches the machine only with something subscribed")
+    func healthKeys() throws {
+        #expect(DaemonConfig().machine.firstDataTimeout == .seconds(5), "on by default (Subscribe = 2a37)")
+        let (c, warnings) = try DaemonConfig.parse("""
+            [Health]
+            FirstDataTimeout = 7.5
+            ResubscribesPerLink = 1
+            SilencePeriods = 4
+            SilenceMinimum = 2
+            ProbeTimeout = 3
+            """, file: "t.conf")
+        #expect(warnings.isEmpty)
+        #expect(c.machine.firstDataTimeout == .milliseconds(7500))
+        #expect(c.machine.resubscribesPerLink == 1)
+        #expect(c.machine.silencePeriods == 4)
+        #expect(c.machine.silenceMinimum == .seconds(2))
+        #expect(c.machine.probeTimeout == .seconds(3))
+        let (off, _) = try DaemonConfig.parse("[Health]\nFirstDataTimeout = 0\n", file: "t.conf")
+        #expect(off.machine.firstDataTimeout == nil)
+        let (nothing, _) = try DaemonConfig.parse("[Notifications]\nSubscribe =\n", file: "t.conf")
+        #expect(nothing.subscribe.isEmpty && nothing.machine.firstDataTimeout == nil, "nothing subscribed: no data awaited")
+        #expect(throws: DaemonConfig.Error(file: "t.conf", line: 2, reason: "SilencePeriods must be a whole number in 2…1000, got \"1\"")) {
+            try DaemonConfig.parse("[Health]\nSilencePeriods = 1\n", file: "t.conf")
+        }
+        #expect(throws: DaemonConfig.Error.self) { try DaemonConfig.parse("[Health]\nProbeTimeout = 0\n", file: "t.conf") }
+    }
+
     @Test("unknown keys and sections are warned about, with file and line")
     func unknownKeys() throws {
         let (_, warnings) = try DaemonConfig.parse("[General]\nAdaptor = hci0\n[Mystery]\nX = 1\n", file: "t.conf")

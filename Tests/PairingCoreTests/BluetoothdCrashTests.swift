@@ -115,7 +115,7 @@ struct BluetoothdCrashTests {
         #expect(h2.state(watch) == .needsRepair(reason: .bondRemoved))
     }
 
-    @Test("after a crash, the kept link reported Connected just after reconciliation gets the resolve countdown; later links the discovery one")
+    @Test("after a crash, the kept link reported Connected just after reconciliation gets the resolve countdown, as every fresh link does")
     func keptLinkReportedLate() {
         var h = Harness.connected()
         _ = bluetoothdDies(&h)
@@ -130,13 +130,15 @@ struct BluetoothdCrashTests {
         let out = h.fireNext()
         #expect(h.now == resolve.deadline)
         #expect(out.disconnects == 1 && h.stateName(watch) == "connecting")
-        // The next link is an ordinary one: the discovery countdown.
+        // The next links are ordinary ones: the resolve countdown until resolved, then the discovery one.
         h.send(.linkDown(watch, linkLoss))
         h.fireNext()
         h.connectSucceeded(watch)
-        #expect(h.state(watch)?.countdown?.id.purpose == .discovery)
+        #expect(h.state(watch)?.countdown?.id.purpose == .resolve)
         h.send(.linkDown(watch, linkLoss))
         h.send(.linkUp(watch))
+        #expect(h.state(watch)?.countdown?.id.purpose == .resolve)
+        h.send(.servicesResolved(watch))
         #expect(h.state(watch)?.countdown?.id.purpose == .discovery)
     }
 

@@ -10,6 +10,7 @@ struct Harness {
     var log: [Action] = []
     var lastConnectCall: [DeviceAddress: UInt64] = [:]
     var lastPairCall: UInt64?
+    var lastProbeCall: [DeviceAddress: UInt64] = [:]
 
     static let watch = DeviceAddress("00:AA:01:01:00:01")!
     static let ring = DeviceAddress("C0:FF:EE:00:00:02")!
@@ -41,7 +42,8 @@ struct Harness {
             case .cancel(let id): armed[id] = nil
             case .connect(let d, let call, _): lastConnectCall[d] = call
             case .pair(_, let call, _): lastPairCall = call
-            case .disconnect, .setUpLink, .setTrusted, .removeDevice, .startDiscovery, .stopDiscovery, .restartDiscovery, .cancelPairing, .answerAgent,
+            case .probe(let d, let call, _, _): lastProbeCall[d] = call
+            case .disconnect, .setUpLink, .setTrusted, .resubscribe, .removeDevice, .startDiscovery, .stopDiscovery, .restartDiscovery, .cancelPairing, .answerAgent,
                  .updateAutoConnect, .queryBluetoothdUnit, .startBluetoothd, .bluetoothdReport, .persist, .report, .pairingProgress, .pairingEnded:
                 break
             }

@@ -23,7 +23,7 @@ struct PropertyTests {
             let a = PropertyTests.addresses[int(PropertyTests.addresses.count)]
             let failures: [BlueZFailure] = [.abortedByLocal, .busy, .noReply, .canceled, .authentication, .deviceGone,
                                              .adapterUnavailable, .other(name: "x", message: "y")]
-            switch int(24) {
+            switch int(27) {
             case 0, 1, 2: return .countdownFired(h.armed.keys.sorted { $0.generation < $1.generation }.randomElement(using: &rng) ?? staleID(a))
             case 3: return .countdownFired(staleID(a))
             case 4: return .linkUp(a)
@@ -48,7 +48,11 @@ struct PropertyTests {
             case 19: return chance(0.3) ? .userUnpair(a) : .userCancelPairing
             case 20: return .discoveryFailed(.busy)
             case 21: return .autoConnectArmed(Set(PropertyTests.addresses.filter { _ in chance(0.6) }))
-            case 22:
+            case 22: return .dataReceived(a, characteristic: chance(0.8) ? ServiceUUID.heartRateMeasurement : ServiceUUID.batteryLevel)
+            case 23: return .subscriptionEnded(a, characteristic: ServiceUUID.heartRateMeasurement)
+            case 24: return .probeFinished(a, call: h.lastProbeCall[a] ?? 0,
+                                           chance(0.5) ? .answered : chance(0.5) ? .failed(failures[int(failures.count)]) : .unavailable)
+            case 25:
                 // bluetoothd leaving (a crash systemd reports), coming back
                 if chance(0.4) { return .bluetoothdLeft }
                 if chance(0.5) {
@@ -96,6 +100,7 @@ struct PropertyTests {
             })
             var config = MachineConfig()
             config.jitterSeed = seed
+            if seed % 2 == 0 { config.firstDataTimeout = .seconds(5) }
             var h = Harness(config: config, state: initial)
             var promises = Promises()
             for a in initial.devices where a.wanted == .disconnected { promises.userDown.insert(a.address) }

@@ -57,8 +57,9 @@ struct ResolveDeadlineTests {
         #expect(h.fireNext().connects(watch) == 1)
         #expect(h.now < .at(0) + MachineConfig().discoveryTimeout, "connecting again well before DiscoveryTimeout")
         h.connectSucceeded(watch)
-        #expect(countdown(h).id.purpose == .discovery, "a link paird made keeps the discovery countdown")
+        #expect(countdown(h).id.purpose == .resolve, "a fresh link gets the resolve countdown too")
         h.send(.servicesResolved(watch))
+        #expect(countdown(h).id.purpose == .discovery, "resolved: the rest of the set-up gets the discovery countdown")
         h.send(.setUpLinkFinished(watch, failure: nil))
         #expect(h.state(watch)?.isConnected == true)
     }

@@ -4,15 +4,17 @@
 # (JSON lines + report.md, the tables of BENCHMARKS.md); VM logs in testbed-out/bench-*/
 # (with BENCH_PARALLEL: testbed-out/bench-<time>/reconnect-<approach>-<k>/).
 #
-#   Tests/bench/bench.sh [--quick] [scale] [native] [reconnect] [costs]     (default: all four)
+#   Tests/bench/bench.sh [--quick] [scale] [native] [reconnect] [costs] [stall]  (default: all five)
 #
 #   scale      host, python-dbusmock: 1/10/100 devices, memory and CPU per event      (~1 min)
 #   native     host, python-dbusmock: start-up and idle cost on the host's own CPU    (~3 min)
 #   reconnect  VM: reconnect latency, paird vs auto-connect / bluetoothctl loop / bleak (~25 min)
 #   costs      VM: start-up (exec→READY=1, adoption) and idle cost, paird vs bleak     (~12 min)
+#   stall      VM, Bumble strap: silence after a return, a dropped subscription, stalled ATT (~6 min)
 #   --quick    a smoke run with few reps (~8 min in all)
 # Knobs (environment): BENCH_REPS5 (20), BENCH_REPS60 (2), BENCH_REPS300 (0), BENCH_STARTS (20),
-# BENCH_WINDOW (90 s; the native part's windows too), BENCH_SCALE_REPS (3), BENCH_PARALLEL (0: the
+# BENCH_WINDOW (90 s; the native part's windows too), BENCH_SCALE_REPS (3), BENCH_STALL_REPS (5 per
+# kind), BENCH_AWAY_MAX (10 s: the stall part's longest absence), BENCH_PARALLEL (0: the
 # reconnect part in one VM, approaches one after another; N: N VMs per approach, all at once).
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -21,14 +23,14 @@ quick=0; parts=()
 for a in "$@"; do
   case $a in
     --quick) quick=1 ;;
-    scale|native|reconnect|costs) parts+=("$a") ;;
+    scale|native|reconnect|costs|stall) parts+=("$a") ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench.sh: unknown argument $a" >&2; exit 64 ;;
   esac
 done
-((${#parts[@]})) || parts=(scale native reconnect costs)
+((${#parts[@]})) || parts=(scale native reconnect costs stall)
 if ((quick)); then
-  : "${BENCH_REPS5:=2}" "${BENCH_REPS60:=0}" "${BENCH_STARTS:=3}" "${BENCH_WINDOW:=15}" "${BENCH_SCALE_REPS:=1}"
+  : "${BENCH_REPS5:=2}" "${BENCH_REPS60:=0}" "${BENCH_STARTS:=3}" "${BENCH_WINDOW:=15}" "${BENCH_SCALE_REPS:=1}" "${BENCH_STALL_REPS:=2}"
 fi
 say() { printf '\033[1m[bench]\033[0m %s\n' "$*" >&2; }
 
@@ -135,6 +137,13 @@ for part in "${parts[@]}"; do
       BED_X_STARTS=${BENCH_STARTS:-20} BED_X_WINDOW=${BENCH_WINDOW:-90} BED_X_PYLIB=$PYLIB \
         Tests/testbed/run-vm --out "$REPO/testbed-out/bench-costs" Tests/bench/daemon_costs.py || say "costs: exit $?"
       cp testbed-out/bench-costs/results.jsonl "$RES/costs.jsonl" 2>/dev/null || true ;;
+    stall)
+      say "stall: silence after a return, a dropped subscription, stalled ATT (VM, Bumble strap)"
+      # the Bumble strap has the fault injection (drop-subscription, stall-att); the twin has none
+      BED_WEARABLE=bumble BED_X_STALL_REPS=${BENCH_STALL_REPS:-5} BED_X_AWAY_MAX=${BENCH_AWAY_MAX:-10} \
+        Tests/testbed/run-vm --timeout $(( 600 + 3 * ${BENCH_STALL_REPS:-5} * (40 + ${BENCH_AWAY_MAX:-10}) )) \
+        --out "$REPO/testbed-out/bench-stall" Tests/bench/stall.py || say "stall: exit $?"
+      cp testbed-out/bench-stall/results.jsonl "$RES/stall.jsonl" 2>/dev/null || true ;;
   esac
 done
 

@@ -139,6 +139,28 @@ def scale(d):
               + "; ".join(", ".join(f"{k} {v}" for k, v in r.get("final_states", {}).items()) for r in g) + " |")
 
 
+def stall(d):
+    rs = [r for r in rows(d, "stall*.jsonl") if r.get("bench") == "stall"]
+    if not rs:
+        return
+    print("\n#### Stall (Bumble strap, 1 Hz): seconds to the first heart-rate notification\n")
+    print("| kind | reps | p50 s | p95 s | max s | over 10 s (paird's reasons for the links it ended) |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for kind in ("return", "drop", "stall"):
+        g = [r for r in rs if r["kind"] == kind]
+        if not g:
+            continue
+        xs = [r["seconds"] for r in g if r.get("seconds") is not None]
+        if not xs:
+            print(f"| {kind} | {len(g)} | — | — | — | all failed |")
+            continue
+        over = [r for r in g if r.get("over10") or r.get("seconds") is None]
+        why = "; ".join(f"{r['seconds']:.1f} s: {', '.join(r['reasons']) or 'none'}" if r.get("seconds") is not None
+                        else f"failed: {r.get('failed')}" for r in over)
+        print(f"| {kind} | {len(g)} | {statistics.median(xs):.2f} | {pct(xs, 95):.2f} | {max(xs):.2f} | {len(over)}"
+              + (f" ({why})" if why else "") + " |")
+
+
 if __name__ == "__main__":
     d = sys.argv[1]
     meta = os.path.join(d, "meta.txt")
@@ -148,3 +170,4 @@ if __name__ == "__main__":
     startup(d)
     idle(d)
     scale(d)
+    stall(d)

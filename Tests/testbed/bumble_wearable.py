@@ -140,6 +140,11 @@ class Wearable:
         self.rotations = []
         self.lock = asyncio.Lock()       # advertising / address changes, one at a time
         self.tasks = []
+        # fault injection (issue 18): ATT requests dropped unanswered on the next link
+        # (`stall-att next`) or the current one (`stall-att now`), until that link ends
+        self.stall_next = False
+        self.stall_conn = None
+        self.att_dropped = 0
 
     # ------------------------------------------------------------------ events
     def event(self, _event, **kw):
@@ -313,6 +318,10 @@ class Wearable:
     # ------------------------------------------------------------------ link
     def on_connection(self, connection):
         self.conn = connection
+        if self.stall_next:
+            self.stall_next = False
+            self.stall_conn = connection
+            self.event("att-stalling", handle=connection.handle)
         self.advertising = False
         self.passkey = self.compare = None
         self.event("connected", device=addr_str(connection.peer_address), handle=connection.handle,
@@ -334,6 +343,8 @@ class Wearable:
     def on_disconnection(self, connection, reason):
         if self.conn is connection:
             self.conn = None
+        if self.stall_conn is connection:
+            self.stall_conn = None
         self.event("disconnected", device=addr_str(connection.peer_address), reason=f"0x{int(reason):02x}")
         if self.want_adv:
             self.spawn(self.start_adv())
@@ -525,6 +536,33 @@ class Wearable:
             sent = await self.send_service_changed()
             return {"firmware": self.fw, "service_changed_sent": sent,
                     "handles_before": before, "handles_after": after}
+        if cmd == "drop-subscription":
+            # the wearable forgets the central's CCC for a characteristic (as if it had been
+            # written 0): no more notifications while the link stays up, and the central is not told
+            what = args[0] if args else "hr"
+            char = {"hr": self.hr, "battery": self.bat, "echo": self.vecho}.get(what)
+            if char is None or self.conn is None:
+                raise ValueError("usage: drop-subscription hr|battery|echo (while connected)")
+            was = self.subscribed(char)
+            self.device.gatt_server.subscribers.get(self.conn, {}).pop(char.handle, None)
+            self.event("dropped-subscription", uuid=str(char.uuid), was_subscribed=was)
+            return {"dropped": what, "was_subscribed": was}
+        if cmd == "stall-att":
+            # ATT requests from the central go unanswered: on the next link (`next`) or the current
+            # one (`now`) until it ends; `off` answers again
+            mode = args[0] if args else "next"
+            if mode == "next":
+                self.stall_next = True
+            elif mode == "now":
+                if self.conn is None:
+                    raise ValueError("not connected")
+                self.stall_conn = self.conn
+            elif mode == "off":
+                self.stall_next, self.stall_conn = False, None
+            else:
+                raise ValueError("usage: stall-att next|now|off")
+            self.event("stall-att", mode=mode)
+            return {"stall": mode, "dropped": self.att_dropped}
         if cmd == "events":
             since = int(args[0]) if args else 0
             return [e for e in self.events if e["seq"] > since]
@@ -596,6 +634,16 @@ class Wearable:
             sc=True, mitm=self.p["mitm"], bonding=True, delegate=delegate,
             identity_address_type=PairingConfig.AddressType.RANDOM)
         self.device.on("connection", self.on_connection)
+        srv = self.device.gatt_server
+        answer = srv.on_gatt_pdu
+
+        def maybe_stall(bearer, att_pdu):
+            if self.stall_conn is not None and bearer is self.stall_conn:
+                self.att_dropped += 1
+                self.event("att-dropped", pdu=att_pdu.name, dropped=self.att_dropped)
+                return
+            answer(bearer, att_pdu)
+        srv.on_gatt_pdu = maybe_stall
         await self.device.power_on()
         await self.refresh_bonds()
         self.event("powered", address=addr_str(self.device.random_address),
