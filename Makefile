@@ -42,13 +42,13 @@ e2e: release deb
 	Tests/testbed/e2e.sh
 
 ## e2e-versions: the core subset (pair, away and back, long away, bluetoothd restart, restart/adopt,
-## unpair and pair again, passkey pairing, RPA wearable) on each BlueZ version of BLUEZ_VERSIONS
+## unpair and pair again, passkey pairing, RPA wearable; Bumble wearables only) on each BlueZ version of BLUEZ_VERSIONS
 ## besides the default 5.66; every version runs even if one fails; the exit status says if any did.
 BLUEZ_VERSIONS ?= 5.82 newest
 E2E_CORE      ?= paird_pair paird_away paird_away_long paird_bluetoothd paird_restart paird_unpair paird_passkey paird_rpa
 e2e-versions: release deb bluez-builds
 	@rc=0; for v in $(BLUEZ_VERSIONS); do \
-	  echo "=== e2e-versions: BLUEZ=$$v"; BLUEZ=$$v Tests/testbed/e2e.sh $(E2E_CORE) || rc=1; \
+	  echo "=== e2e-versions: BLUEZ=$$v"; BLUEZ=$$v BED_WEARABLE=$${BED_WEARABLE:-bumble} Tests/testbed/e2e.sh $(E2E_CORE) || rc=1; \
 	done; exit $$rc
 
 ## bluez-builds: build (or find cached) each BlueZ version of BLUEZ_VERSIONS for the bed.

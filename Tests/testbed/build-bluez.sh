@@ -47,8 +47,8 @@ cached() { # dir → 0 if every tool is there and the stamp says the build finis
   local t; [[ -f $1/BUILT ]] || return 1
   for t in "${TOOLS[@]}"; do [[ -x $1/bin/$t ]] || return 1; done
 }
-if [[ $want != newest ]] && cached "$CACHE/bluez-$want"; then
-  echo "version $want"; echo "$CACHE/bluez-$want"; exit 0
+if [[ $want != newest ]] && cached "$CACHE/bluez-$want${BLUEZ_NO_PATCHES:+-bare}"; then
+  echo "version $want"; echo "$CACHE/bluez-$want${BLUEZ_NO_PATCHES:+-bare}"; exit 0
 fi
 
 ensure_sources() {
@@ -80,7 +80,7 @@ if [[ -z $debver ]]; then
 fi
 [[ -n $debver ]] || die "no bluez source package '$want' in trixie or sid (known: $(tr '\n' ' ' <<<"$versions"))"
 upstream=${debver#*:}; upstream=${upstream%-*}
-dir=$CACHE/bluez-$upstream
+dir=$CACHE/bluez-$upstream${BLUEZ_NO_PATCHES:+-bare}
 if cached "$dir"; then echo "version $upstream"; echo "$dir"; exit 0; fi
 
 # ---------------------------------------------------------------- build
@@ -112,9 +112,22 @@ if ! apt-get source -q "bluez=$debver" >>"$log" 2>&1; then
   tarball=$(ls bluez_"$upstream".orig.tar.* | head -n1)
   tar xf "$tarball"
   origin="upstream bluez_$upstream.orig.tar (Debian source $debver's tarball; Debian's patches NOT applied: the .dsc was missing on the mirror)"
+  upstream_only=1
 fi
 srcdir=$(find "$dir/dl" -mindepth 1 -maxdepth 1 -type d -name 'bluez-*' | head -n1)
 [[ -n $srcdir && -x $srcdir/configure ]] || die "no configure in the unpacked source (see $log)"
+# Without Debian's patches, the bed's own for this version (bluez-patches/<version>/): fixes of
+# upstream bugs that stop the bed outright (5.87: bluetoothd segfaults on paird's UUID discovery
+# filter, bluez/bluez#2282, fixed after 5.87). BLUEZ_NO_PATCHES=1 builds the bare tarball
+# (into bluez-<version>-bare/) to see the bug itself.
+if [[ ${upstream_only:-0} == 1 && ${BLUEZ_NO_PATCHES:-0} != 1 ]]; then
+  for pf in "$TB/bluez-patches/$upstream"/*.patch; do
+    [[ -f $pf ]] || continue
+    patch -d "$srcdir" -p1 --forward <"$pf" >>"$log" 2>&1 || die "patch $(basename "$pf") failed (see $log)"
+    origin+=$'\n'"plus the bed's patch $(basename "$pf")"
+    say "applied $(basename "$pf")"
+  done
+fi
 mkdir -p "$dir/obj"; cd "$dir/obj"
 say "configure (log: $log)"
 "$srcdir/configure" --prefix=/usr --sysconfdir=/etc --localstatedir=/var --libexecdir=/usr/libexec \
