@@ -10,7 +10,7 @@ RELEASE_BIN   = .build/release
 # passes the same flags, or SwiftPM would rebuild .build/release back and forth.
 RELEASE       = $(SWIFT) build -c release --static-swift-stdlib
 
-.PHONY: all deps build release test unit e2e demo bench soak dist-docs deb install uninstall purge clean
+.PHONY: all deps build release test unit e2e e2e-versions bluez-builds demo bench soak dist-docs deb install uninstall purge clean
 
 all: build
 
@@ -36,8 +36,24 @@ unit: deps release
 
 ## e2e: the real kernel Bluetooth stack, bluetoothd 5.66 and virtual wearables in a qemu VM: Bumble
 ## profiles (an independent BLE stack) for every scenario, the BlueZ twin for a core subset.
+## BLUEZ=5.82 make e2e (or BLUEZ=newest): every scenario on that BlueZ version's bluetoothd and tools
+## (Tests/testbed/build-bluez.sh builds it once into .build-testbed/bluez-<version>/).
 e2e: release deb
 	Tests/testbed/e2e.sh
+
+## e2e-versions: the core subset (pair, away and back, long away, bluetoothd restart, restart/adopt,
+## unpair and pair again, passkey pairing, RPA wearable; Bumble wearables only) on each BlueZ version of BLUEZ_VERSIONS
+## besides the default 5.66; every version runs even if one fails; the exit status says if any did.
+BLUEZ_VERSIONS ?= 5.82 newest
+E2E_CORE      ?= paird_pair paird_away paird_away_long paird_bluetoothd paird_restart paird_unpair paird_passkey paird_rpa
+e2e-versions: release deb bluez-builds
+	@rc=0; for v in $(BLUEZ_VERSIONS); do \
+	  echo "=== e2e-versions: BLUEZ=$$v"; BLUEZ=$$v BED_WEARABLE=$${BED_WEARABLE:-bumble} Tests/testbed/e2e.sh $(E2E_CORE) || rc=1; \
+	done; exit $$rc
+
+## bluez-builds: build (or find cached) each BlueZ version of BLUEZ_VERSIONS for the bed.
+bluez-builds:
+	for v in $(BLUEZ_VERSIONS); do Tests/testbed/build-bluez.sh $$v || exit 1; done
 
 demo: release
 	Tests/testbed/demo.sh

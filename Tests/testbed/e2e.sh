@@ -3,7 +3,8 @@
 # Installs the bed's packages if missing, then runs every scenario in Tests/e2e (files with a
 # "# testbed: mode=… timeout=…" header) in its own VM via run-vm, or only the named ones
 # (path, file name, or name without extension).  Prints PASS/FAIL per (scenario, wearable
-# implementation) — "PASS  paird_pair [bumble]", "PASS  paird_pair [bluez]" — with its duration
+# implementation, BlueZ version) — "PASS  paird_pair [bumble, bluez 5.66]", "PASS  paird_pair [bluez,
+# bluez 5.66]" (the BlueZ twin as wearable) — with its duration
 # and a final "N passed, N failed, N skipped"; exits 1 if any failed. Logs of each run go to
 # testbed-out/<scenario>@<implementation>/ (testbed-out/<scenario>/ without a wearable). A scenario that
 # exits 0 after calling bedlib's skip() (it writes $BED_OUT/SKIPPED) counts as skipped.
@@ -12,6 +13,8 @@
 # only if bluetoothd 5.66 segfaulted in the retry as well (dmesg; a BlueZ crash seen on the 6.12
 # bed, not paird's); the summary marks every scenario that needed a retry, and every run in which
 # bluetoothd segfaulted.
+# BLUEZ=<version> (5.66 default, 5.82, newest: see build-bluez.sh) runs every scenario on the
+# central's bluetoothd (and btvirt, btmon, bluetoothctl, btmgmt) of that version; built once here.
 set -uo pipefail
 TB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 E2E=$(cd "$TB/../e2e" && pwd)
@@ -20,6 +23,17 @@ export PAIRD_BIN=${PAIRD_BIN:-$REPO/.build/release/paird}
 export PAIRCTL_BIN=${PAIRCTL_BIN:-$REPO/.build/release/pairctl}
 
 "$TB/install-deps.sh" || { echo "e2e: install-deps.sh failed"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
+
+# The BlueZ version every run uses (BLUEZ=, passed on to run-vm): built (or found cached) once
+# here, so a build failure stops the tier before any VM and each result line names the version.
+if [[ -n ${BLUEZ:-} ]]; then
+  bb=$("$TB/build-bluez.sh" "$BLUEZ") || { echo "e2e: build-bluez.sh $BLUEZ failed"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
+  BLUEZ=$(sed -n 's/^version //p' <<<"$bb" | tail -n1); export BLUEZ
+  bluez_version=$BLUEZ
+else
+  bluez_version=$(/usr/libexec/bluetooth/bluetoothd --version 2>/dev/null || echo '?')
+fi
+echo "e2e: bluez $bluez_version${BLUEZ:+ ($(tail -n1 <<<"$bb"))}"
 
 scenarios=()
 if (($#)); then
@@ -59,7 +73,10 @@ pass=0; fail=0; skip=0; summary=(); t_all=$SECONDS
 for r in "${runs[@]}"; do
   impl=${r%%:*}; s=${r#*:}
   name=$(basename "${s%.*}")
-  if [[ $impl == none ]]; then label=$name; runname=$name; else label="$name [$impl]"; runname=$name@$impl; fi
+  # testbed-out/<scenario>@<impl> for the default BlueZ, …@<impl>@bluez-<version> for another
+  vs=${BLUEZ:+@bluez-$BLUEZ}
+  if [[ $impl == none ]]; then label="$name [bluez $bluez_version]"; runname=$name$vs
+  else label="$name [$impl, bluez $bluez_version]"; runname=$name@$impl$vs; fi
   export BED_WEARABLE=${impl/none/bumble}
   printf '\n\033[1m=== %s\033[0m\n' "$label"
   t0=$(date +%s.%N)
