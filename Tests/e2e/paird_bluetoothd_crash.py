@@ -22,18 +22,9 @@ CRASHES = int(os.environ.get("BED_X_CRASHES", "6"))
 MOMENTS = ["connected", "discovering", "away"]
 
 
-def segv():
-    """kill -SEGV bluetoothd's main process; returns (pid, time of the kill)."""
-    pid = bluetoothd_pid()
-    check(pid > 0, f"bluetoothd running (pid {pid})")
-    t = now()
-    os.kill(pid, 11)
-    return pid, t
-
-
 def wait_back(pid, t):
     """bluetoothd back with a new pid, started by nobody but paird; returns seconds since t."""
-    wait_for(lambda: bluetoothd_active() and bluetoothd_pid() not in (0, pid), 60, "bluetoothd active again, new pid", interval=0.1)
+    wait_bluetoothd_replaced(pid)
     return now() - t
 
 
@@ -59,7 +50,7 @@ def main():
             if moment == "away":
                 w.cmd("walk-away")
                 p.wait_state("waitingForDevice", 20)
-                pid, t = segv()
+                pid, t = bluetoothd_segv()
             elif moment == "discovering":
                 # A new link: away and back; the kill as soon as paird reports the set-up.
                 w.cmd("walk-away")
@@ -68,12 +59,12 @@ def main():
                 w.cmd("come-back")
                 wait_for(lambda: "discovering" in watch.states(n_state) or "connected" in watch.states(n_state),
                          30, "the link being set up (discovering)")
-                pid, t = segv()
+                pid, t = bluetoothd_segv()
                 log(f"killed after states {' → '.join(watch.states(n_state))}")
             else:
                 wait_for(lambda: len(watch.lines("notify")) >= n_notify + 1, 15, "notifying before the crash")
                 n_notify = len(watch.lines("notify"))
-                pid, t = segv()
+                pid, t = bluetoothd_segv()
             back = wait_back(pid, t)
             back_times.append(back)
             log(f"bluetoothd back {back:.2f} s after the crash (pid {pid} → {bluetoothd_pid()})")
@@ -115,7 +106,7 @@ def main():
         at_exit(lambda: proc.poll() is None and proc.kill())
         wait_for(lambda: '"event":"pairing"' in open(outpath).read(), 30, "paird calling Pair() (pairctl --json: event pairing)",
                  interval=0.02)
-        pid, tk = segv()
+        pid, tk = bluetoothd_segv()
         log(f"killed {now() - t:.2f} s after pairctl pair started, while Pair() was in flight")
         rc = wait_for(lambda: proc.poll(), 30, "pairctl pair ended", interval=0.1)
         text = open(outpath).read().strip()

@@ -28,17 +28,6 @@ def notifies(watch, address, since=0):
     return [l for l in watch.lines()[since:] if len(l.split()) > 3 and l.split()[1] == address and l.split()[2] == "notify" and l.split()[3] == HR]
 
 
-def segv():
-    pid = bluetoothd_pid()
-    check(pid > 0, f"bluetoothd running (pid {pid})")
-    os.kill(pid, 11)
-    return pid, now()
-
-
-def wait_back(pid):
-    wait_for(lambda: bluetoothd_active() and bluetoothd_pid() not in (0, pid), 60, "bluetoothd active again, new pid", interval=0.1)
-
-
 @scenario
 def main():
     if not os.environ.get("BED_BTVIRT") and not os.environ.get("BED_X_ANY_BTVIRT"):
@@ -74,9 +63,9 @@ def main():
                 strap.cmd("come-back")
                 wait_for(lambda: set(states_of(watch, strap.address, n)) & {"discovering", "connected"}, 30,
                          "the strap's link being set up")
-            pid, t = segv()
+            pid, t = bluetoothd_segv()
             log(f"killed; strap's states before: {' → '.join(states_of(watch, strap.address, n))}")
-            wait_back(pid)
+            wait_bluetoothd_replaced(pid)
             p.wait_state("connected", 60, address=strap.address)
             m = watch.count()
             wait_for(lambda: notifies(watch, strap.address, m), 30, "a strap notification after the crash")
@@ -93,8 +82,8 @@ def main():
         p.wait_state("connected", 60, address=ring.address)
         m = watch.count()
         wait_for(lambda: notifies(watch, ring.address, m), 30, "a ring notification")
-        pid, t = segv()
-        wait_back(pid)
+        pid, t = bluetoothd_segv()
+        wait_bluetoothd_replaced(pid)
         for w in (strap, ring):
             p.wait_state("connected", 60, address=w.address)
         m = watch.count()
@@ -120,9 +109,9 @@ def main():
                            90, "the strap's link being set up, or the strap disarmed and the ring connected", interval=0.02)
             if got == "done":
                 break
-            pid, _ = segv()
+            pid, _ = bluetoothd_segv()
             kills.append(now() - t0)
-            wait_for(lambda: bluetoothd_active() and bluetoothd_pid() not in (0, pid), 60, "bluetoothd started again by paird", interval=0.1)
+            wait_bluetoothd_replaced(pid)
             log(f"kill {len(kills)} at {kills[-1]:.2f} s; strap {' → '.join(states_of(watch, strap.address, n))}; "
                 f"ring {' → '.join(states_of(watch, ring.address, n))}")
             n = watch.count()

@@ -920,6 +920,21 @@ def bluetoothd_active():
     return sh("systemctl is-active bluetooth.service", check=False).strip() == "active"
 
 
+def bluetoothd_segv():
+    """kill -SEGV bluetoothd's main process (systemd mode); returns (pid, time of the kill)."""
+    pid = bluetoothd_pid()
+    check(pid > 0, f"bluetoothd running (pid {pid})")
+    t = now()
+    os.kill(pid, signal.SIGSEGV)
+    return pid, t
+
+
+def wait_bluetoothd_replaced(pid, deadline=60):
+    """Until bluetooth.service is active with a main PID other than `pid` (and not 0)."""
+    wait_for(lambda: bluetoothd_active() and bluetoothd_pid() not in (0, pid), deadline,
+             "bluetoothd active again, new pid", interval=0.1)
+
+
 def paired_in_bluez(address, adapter="hci0"):
     """Whether bluetoothd holds a bond for `address` on the central's adapter."""
     c = Central(adapter)
