@@ -207,6 +207,12 @@ public struct MachineConfig: Sendable, Hashable {
     /// services resolve, the rest of the set-up gets `discoveryTimeout`. Measured on the bed: a
     /// good link resolves well within it (README, "When bluetoothd crashes").
     public var resolveTimeout: Duration = .seconds(6)
+    /// After paird drops an unusable link (`ResolveTimeout`, `DiscoveryTimeout`), its Connect()
+    /// waits for that link to be seen down, at most this long: one sent while the link is still
+    /// going down is answered at once by it and only adds a set-up round. Measured on the bed: an
+    /// own Disconnect() is seen down within a second; a link the kernel kept through a bluetoothd
+    /// crash went down ~2.5 s after the drop (BENCHMARKS.md §5).
+    public var linkDownWait: Duration = .seconds(4)
     public var backoff = Backoff()
     /// Quick transient failures in a row before the device counts as away and is waited for passively.
     public var fastAttempts: Int = 5

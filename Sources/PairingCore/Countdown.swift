@@ -18,6 +18,7 @@ public enum CountdownOwner: Sendable, Hashable, CustomStringConvertible {
 public enum CountdownPurpose: String, Sendable, Hashable, CaseIterable {
     case connectReply      // a Connect() in flight must answer by then
     case retryBackoff      // wait before retrying a transient connect failure
+    case linkDown          // paird dropped an unusable link: connect again once it is down, at the latest then
     case discovery         // link up, services must resolve and notifications be set up by then
     case resolve           // link up but unresolved (e.g. adopted after bluetoothd returned): ServicesResolved by then, or drop and connect again
     case firstData         // connected: the first notification of the link must come by then, or the link is made again

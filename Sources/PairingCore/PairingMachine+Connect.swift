@@ -98,8 +98,10 @@ extension PairingMachine {
         dropped.adoptedUnresolved = false
         slots[i].ownDrop = dropped
         actions.append(.disconnect(a))
-        let delay = config.backoff.delay(attempt: 1, unit: rng.nextUnit())
-        move(i, to: .connecting(.backingOff, attempt: 1, countdown: countdown(.device(a), .retryBackoff, now + delay)),
+        // Connect again once the dropped link is seen down (`linkDown`), at the latest after
+        // `linkDownWait`: a Connect() sent while it is still going down is answered at once by it
+        // and only adds a set-up round (BENCHMARKS.md §6: stalled ATT, 3 of 3 reps, ~12–15 s).
+        move(i, to: .connecting(.backingOff, attempt: 1, countdown: countdown(.device(a), .linkDown, now + config.linkDownWait)),
              now, &actions, reason: reason)
     }
 

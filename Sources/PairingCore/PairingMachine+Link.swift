@@ -137,6 +137,9 @@ extension PairingMachine {
                 slots[i].lastDisconnect = .init(reason: "adapter-gone", at: now)
                 move(i, to: .adapterUnavailable, now, &actions, reason: "adapter-gone")
             }
+        case .connecting(.backingOff, let attempt, let c) where ownDrop && c.id.purpose == .linkDown && verdict == .requested:
+            // The unusable link we dropped is down: connect again now (`dropUnusableLink`).
+            startConnect(i, attempt: attempt + 1, now, &actions)
         case .connecting, .waitingForDevice:
             // A Connect (ours or the kernel's) did not take; only a lost bond changes the plan.
             if case .bondLost(let reason) = verdict {

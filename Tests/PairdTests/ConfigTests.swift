@@ -71,6 +71,7 @@ struct ConfigTests {
             ConnectTimeout = 50
             DiscoveryTimeout = 25
             ResolveTimeout = 4.5
+            LinkDownWait = 2.5
             BackoffInitial = 0.5
             BackoffMax = 30
             FallbackInterval = 120
@@ -90,6 +91,7 @@ struct ConfigTests {
         #expect(c.machine.connectTimeout == .seconds(50))
         #expect(c.machine.discoveryTimeout == .seconds(25))
         #expect(c.machine.resolveTimeout == .milliseconds(4500))
+        #expect(c.machine.linkDownWait == .milliseconds(2500))
         #expect(c.machine.backoff.initial == .milliseconds(500))
         #expect(c.machine.backoff.maximum == .seconds(30))
         #expect(c.machine.fallbackInterval == .seconds(120))

@@ -172,8 +172,7 @@ struct ReconnectScenarioTests {
         #expect(h.stateName(watch) == "connecting")
         out = h.send(.linkDown(watch, linkLoss))
         #expect(out.reports(.linkLost).isEmpty)
-        out = h.fireNext()
-        #expect(out.connects(watch) == 1)
+        #expect(out.connects(watch) == 1, "the dropped link is down: Connect() at once")
     }
 
     @Test("a stale countdown and a stale Connect reply change nothing")
@@ -519,8 +518,8 @@ struct ReconnectScenarioTests {
             let out = h.fireNext() // discovery countdown: StartNotify never answered
             #expect(out.disconnects == 1)
             #expect(h.stateName(watch) == "connecting")
-            h.send(.linkDown(watch, linkLoss)) // our own disconnect, seen while backing off
-            #expect(h.fireNext().connects() == 1)
+            // our own disconnect, seen while waiting for it: Connect() at once
+            #expect(h.send(.linkDown(watch, linkLoss)).connects() == 1)
             h.send(.linkUp(watch))
         }
         #expect(h.stateName(watch) == "discovering", "after 5 timeouts of a resolved link: still trying, not needsRepair")
@@ -532,7 +531,7 @@ struct ReconnectScenarioTests {
             h.send(.linkDown(watch, linkLoss))
             h.send(.linkUp(watch))
             #expect(h.fireNext().disconnects == 1)     // discovery countdown (failed setup 1): drop it ourselves
-            #expect(h.fireNext().connects(watch) == 1) // backoff over, but BlueZ has not dropped it yet…
+            #expect(h.fireNext().connects(watch) == 1) // LinkDownWait over, but BlueZ has not dropped it yet…
             h.connectSucceeded(watch)                  // …so 5.66 answers Connect at once
             #expect(h.stateName(watch) == "discovering")
             let out = h.send(.linkDown(watch, linkLoss)) // now our disconnect takes effect

@@ -51,10 +51,10 @@ struct ResolveDeadlineTests {
                            reason: "resolve-timeout")),
         ])
         #expect(h.machine.devices[watch]?.setupFailures == 0)
-        // Our own drop goes down; at the end of the short backoff, Connect(), and the new link resolves.
-        #expect(h.send(.linkDown(watch, linkLoss)).connects() == 0)
+        #expect(retry.id.purpose == .linkDown && retry.deadline == resolve.deadline + MachineConfig().linkDownWait)
+        // Our own drop goes down: Connect() at once, and the new link resolves.
+        #expect(h.send(.linkDown(watch, linkLoss)).connects(watch) == 1)
         #expect(h.stateName(watch) == "connecting")
-        #expect(h.fireNext().connects(watch) == 1)
         #expect(h.now < .at(0) + MachineConfig().discoveryTimeout, "connecting again well before DiscoveryTimeout")
         h.connectSucceeded(watch)
         #expect(countdown(h).id.purpose == .resolve, "a fresh link gets the resolve countdown too")
@@ -62,6 +62,26 @@ struct ResolveDeadlineTests {
         #expect(countdown(h).id.purpose == .discovery, "resolved: the rest of the set-up gets the discovery countdown")
         h.send(.setUpLinkFinished(watch, failure: nil))
         #expect(h.state(watch)?.isConnected == true)
+    }
+
+    @Test("a dropped link not seen down by LinkDownWait: Connect() then anyway; its late link-down changes nothing")
+    func droppedLinkNotSeenDown() {
+        var h = restored()
+        h.send(.adapterReady([watch: BlueZDeviceView(connected: true)]))
+        let resolve = countdown(h)
+        h.fireNext() // resolve deadline: dropped
+        let wait = countdown(h)
+        #expect(wait.id.purpose == .linkDown)
+        let out = h.fireNext()
+        #expect(h.now == resolve.deadline + MachineConfig().linkDownWait)
+        #expect(out.connects(watch) == 1, "no link-down seen: Connect() at LinkDownWait (the old link may answer it)")
+        guard case .connecting(.calling, attempt: 2, _) = h.state(watch) else {
+            Issue.record("expected connecting (calling, attempt 2), got \(String(describing: h.state(watch)))")
+            return
+        }
+        // The old link goes down now, during that Connect(): nothing more is sent for it.
+        #expect(h.send(.linkDown(watch, linkLoss)).connects() == 0)
+        #expect(h.stateName(watch) == "connecting")
     }
 
     @Test("resolves in time: the rest of the set-up gets the discovery countdown")
