@@ -93,6 +93,9 @@ public enum PairingProgress: Sendable, Hashable {
     case found(Candidate)
     case pairing(DeviceAddress)
     case removingStaleBond(DeviceAddress)
+    /// `Pair()` could not connect to a private address (it may have rotated since it was found):
+    /// scanning again for the wearable's new address (`PairingSession.rescans`).
+    case rescanning(DeviceAddress, reason: String)
     /// The wearable shows a passkey: the user must type it (`Event.userAnswer(.passkey)`).
     case passkeyRequested(DeviceAddress, name: String)
     /// Numeric comparison: does the wearable show this number? (`Event.userAnswer(.confirm)`).
@@ -191,6 +194,12 @@ public struct PairingSession: Sendable, Hashable {
 
     /// needsRepair devices whose stale BlueZ object we removed during this scan.
     public var removedForRepair: Set<DeviceAddress> = []
+    /// Scans started again after a `Pair()` that could not connect to a resolvable private
+    /// address: the wearable may have rotated it between the advertisement and the connection
+    /// (seen on the bed: the kernel then waits for the old address, and `Pair()` fails with
+    /// connect-timeout). At most `maxRescans` per session, each with a fresh scan timeout.
+    public var rescans = 0
+    public static let maxRescans = 2
 }
 
 /// Tunables; every one is a key in paird.conf.

@@ -5,6 +5,11 @@ public struct DeviceAddress: Sendable, Hashable, Comparable, CustomStringConvert
 
     public init(value: UInt64) { self.value = value & 0xFFFF_FFFF_FFFF }
 
+    /// A resolvable private address (a random address whose two top bits are 0b01, Core spec
+    /// Vol 6 Part B §1.3.2.2): one that changes every few minutes until the peer's IRK is known.
+    /// Only meaningful for an address of type `random`.
+    public var isResolvablePrivate: Bool { value >> 46 == 0b01 }
+
     /// Parses `AA:BB:CC:DD:EE:FF` (colons required, hex digits in either case); nil otherwise.
     public init?(_ text: some StringProtocol) {
         let utf8 = Array(text.utf8)

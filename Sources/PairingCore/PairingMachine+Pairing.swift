@@ -78,6 +78,11 @@ extension PairingMachine {
             return
         }
         guard var p = pairing, case .pairing(let c, call, let question) = p.phase, c.address == a else { return }
+        if let failure, failure == .connectTimeout || failure == .abortedByLocal, question == nil,
+           c.addressType == .random, a.isResolvablePrivate, !c.bonded, slot[a] == nil, p.rescans < PairingSession.maxRescans {
+            rescan(p, c, failure, now, &actions)
+            return
+        }
         if let failure, failure != .alreadyExists { // endPairing refuses a question still open
             switch failure {
             case .authentication, .authenticationAborted:
@@ -119,6 +124,29 @@ extension PairingMachine {
         actions.append(.pairingProgress(.paired(a)))
         actions.append(.setTrusted(a, true))
         if let i = slot[a] { startConnect(i, attempt: 1, now, &actions) }
+    }
+
+    /// `Pair()` could not connect to the resolvable private address it was found at: back to
+    /// scanning for the wearable's next address, within a fresh scan timeout (`PairingSession.rescans`).
+    /// BlueZ is done with the failed call, so its device object (of the old address) goes.
+    mutating func rescan(_ session: PairingSession, _ c: Candidate, _ failure: BlueZFailure, _ now: Moment, _ actions: inout [Action]) {
+        var p = session
+        let scan = countdown(.pairing, .scan, now + (p.request.scanTimeout ?? config.scanTimeout))
+        let restart = countdown(.pairing, .scanRestart, now + PairingSession.ScanRestart.restartInterval)
+        actions.append(.cancel(p.countdown.id))
+        actions.append(.disconnect(c.address))
+        actions.append(.removeDevice(c.address))
+        p.rescans += 1
+        p.phase = .scanning(.running(restart))
+        p.countdown = scan
+        pairing = p
+        actions.append(.arm(scan))
+        actions.append(.arm(restart))
+        // Said as a pairing-session step (the pairing goes on), not as a failed pairing.
+        actions.append(.report(Report(kind: .stateChanged, device: c.address, name: c.name, from: "pairing", to: "scanning",
+                                      reason: "\(failure.token) on a private address, rescan \(p.rescans) of \(PairingSession.maxRescans)")))
+        actions.append(.pairingProgress(.rescanning(c.address, reason: failure.token)))
+        actions.append(.startDiscovery(p.request))
     }
 
     /// A scan that found nothing is stopped, then started again (`PairingSession.ScanRestart`).

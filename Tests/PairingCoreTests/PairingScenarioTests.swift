@@ -115,6 +115,57 @@ struct PairingScenarioTests {
         #expect(!out.persists)
     }
 
+    @Test("Pair() that cannot connect to a resolvable private address scans again for the new one, at most twice; other addresses and failures end the session")
+    func privateAddressRotatedBeforePair() {
+        let oldRPA = DeviceAddress("4A:9F:26:95:FB:D2")!, newRPA = DeviceAddress("73:F3:0C:82:E1:3F")!
+        #expect(oldRPA.isResolvablePrivate && newRPA.isResolvablePrivate)
+        #expect(!DeviceAddress("F3:5A:B1:00:00:02")!.isResolvablePrivate, "random static")
+        #expect(!DeviceAddress("00:AA:01:01:00:02")!.isResolvablePrivate)
+        var h = readyHarness()
+        let request = PairRequest(nameContains: "Watch")
+        h.send(.userPair(request))
+        h.send(.candidateFound(Candidate(address: oldRPA, addressType: .random, name: "Watch-1")))
+        var out = h.send(.pairFailed(oldRPA, call: h.lastPairCall!, .connectTimeout))
+        #expect(out.pairingOutcome == nil, "the session goes on")
+        #expect(out.contains(.pairingProgress(.rescanning(oldRPA, reason: BlueZFailure.connectTimeout.token))))
+        #expect(out.contains(.removeDevice(oldRPA)), "the old address's device object goes")
+        #expect(out.contains(.startDiscovery(request)))
+        #expect(out.armedPurposes == [.scan, .scanRestart])
+        #expect(out.reports(.pairingFailed).isEmpty)
+        #expect(h.machine.pairing?.phase.name == "scanning")
+        // The new address is found and pairs.
+        h.send(.candidateFound(Candidate(address: newRPA, addressType: .random, name: "Watch-1")))
+        out = h.send(.pairSucceeded(newRPA, call: h.lastPairCall!))
+        #expect(out.persists)
+        #expect(h.stateName(newRPA) == "connecting")
+
+        // A wearable that is simply out of reach: two rescans, then the failure ends the session.
+        var g = readyHarness()
+        g.send(.userPair(request))
+        for n in 1...3 {
+            g.send(.candidateFound(Candidate(address: oldRPA, addressType: .random, name: "Watch-1")))
+            out = g.send(.pairFailed(oldRPA, call: g.lastPairCall!, .abortedByLocal))
+            #expect((out.pairingOutcome == nil) == (n <= PairingSession.maxRescans), "try \(n)")
+        }
+        #expect(out.pairingOutcome == .failed(BlueZFailure.abortedByLocal.token))
+        #expect(g.machine.pairing == nil)
+
+        // A static or public address does not rotate: the failure ends the session at once.
+        for (a, type) in [(DeviceAddress("F3:5A:B1:00:00:02")!, AddressType.random), (watch, .public)] {
+            var f = readyHarness()
+            f.send(.userPair(request))
+            f.send(.candidateFound(Candidate(address: a, addressType: type, name: "Watch-1")))
+            out = f.send(.pairFailed(a, call: f.lastPairCall!, .connectTimeout))
+            #expect(out.pairingOutcome == .failed(BlueZFailure.connectTimeout.token), "\(a) \(type)")
+        }
+        // An authentication failure on a private address is the user's answer: no rescan.
+        var e = readyHarness()
+        e.send(.userPair(request))
+        e.send(.candidateFound(Candidate(address: oldRPA, addressType: .random, name: "Watch-1")))
+        out = e.send(.pairFailed(oldRPA, call: e.lastPairCall!, .authentication))
+        #expect(out.pairingOutcome == .authenticationFailed(BlueZFailure.authentication.token))
+    }
+
     @Test("Pair answering AlreadyExists (bonded outside paird) counts as paired")
     func alreadyBonded() {
         var h = readyHarness()
