@@ -70,7 +70,8 @@ enum StatusText {
         }
         if s.devices.isEmpty { lines.append("no wearables paired (pairctl pair --service 180d)") }
         for d in s.devices {
-            var line = "\(d.name.isEmpty ? "(no name)" : d.name) \(d.address): \(describe(d)), since \(timestamp(d.since))"
+            let type = d.addressType == "random" ? " (random address)" : ""
+            var line = "\(d.name.isEmpty ? "(no name)" : d.name) \(d.address)\(type): \(describe(d)), since \(timestamp(d.since))"
             if let b = d.battery { line += ", battery \(b)%" }
             if d.wanted == "disconnected" && d.state != "disconnected" { line += ", kept disconnected" }
             if let l = d.lastDisconnect { line += ", last disconnect \(l.reason) at \(timestamp(l.at))" }

@@ -36,7 +36,8 @@ extension StatusDocument {
                 repairReason: { if case .needsRepair(let r) = d.state { r.token } else { nil } }(),
                 missingCharacteristics: d.missingCharacteristics.sorted(),
                 lastData: d.lastDataAt.map(wall),
-                health: watch.map { Health(check: $0.purpose.rawValue, characteristic: $0.characteristic, deadline: wall($0.deadline)) })
+                health: watch.map { Health(check: $0.purpose.rawValue, characteristic: $0.characteristic, deadline: wall($0.deadline)) },
+                addressType: d.identity.addressType.rawValue)
         }
         let w = machine.bluetoothd
         let crash = w.lastCrash.map { c -> Bluetoothd.Crash in

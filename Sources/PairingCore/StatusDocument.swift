@@ -69,7 +69,11 @@ public struct StatusDocument: Codable, Sendable, Hashable {
     }
 
     public struct Device: Codable, Sendable, Hashable {
+        /// The identity address: what BlueZ reports once bonded (for a wearable with a private
+        /// address, the one it distributed with its IRK, not the one it advertises).
         public var address: String
+        /// `public` or `random` (random static, or the identity behind resolvable private addresses).
+        public var addressType: String
         public var name: String
         public var state: String
         public var wanted: String
@@ -100,8 +104,10 @@ public struct StatusDocument: Codable, Sendable, Hashable {
         public init(address: String, name: String, state: String, wanted: String, since: Date,
                     lastDisconnect: LastDisconnect?, reconnectAttempts: Int, battery: Int?, services: [String],
                     autoConnect: Bool = false, nextDeadline: Date? = nil, repairReason: String? = nil,
-                    missingCharacteristics: [String] = [], lastData: Date? = nil, health: Health? = nil) {
+                    missingCharacteristics: [String] = [], lastData: Date? = nil, health: Health? = nil,
+                    addressType: String = "public") {
             self.address = address
+            self.addressType = addressType
             self.name = name
             self.state = state
             self.wanted = wanted
@@ -119,7 +125,7 @@ public struct StatusDocument: Codable, Sendable, Hashable {
         }
 
         enum CodingKeys: String, CodingKey {
-            case address, name, state, wanted, since, lastDisconnect, reconnectAttempts, battery, services
+            case address, addressType, name, state, wanted, since, lastDisconnect, reconnectAttempts, battery, services
             case autoConnect, nextDeadline, repairReason, missingCharacteristics, lastData, health
         }
 
@@ -127,6 +133,7 @@ public struct StatusDocument: Codable, Sendable, Hashable {
         public init(from decoder: any Decoder) throws {
             let c = try decoder.container(keyedBy: CodingKeys.self)
             address = try c.decode(String.self, forKey: .address)
+            addressType = try c.decodeIfPresent(String.self, forKey: .addressType) ?? "public"
             name = try c.decode(String.self, forKey: .name)
             state = try c.decode(String.self, forKey: .state)
             wanted = try c.decode(String.self, forKey: .wanted)
@@ -147,6 +154,7 @@ public struct StatusDocument: Codable, Sendable, Hashable {
         public func encode(to encoder: any Encoder) throws {
             var c = encoder.container(keyedBy: CodingKeys.self)
             try c.encode(address, forKey: .address)
+            try c.encode(addressType, forKey: .addressType)
             try c.encode(name, forKey: .name)
             try c.encode(state, forKey: .state)
             try c.encode(wanted, forKey: .wanted)

@@ -149,7 +149,8 @@ struct IntegrationTests {
         let d = try #require((o["devices"] as? [[String: Any]])?.first)
         #expect(Set(d.keys).isSuperset(of: ["address", "name", "state", "wanted", "since", "lastDisconnect",
                                              "reconnectAttempts", "battery", "services", "autoConnect",
-                                             "nextDeadline"]), "\(d.keys.sorted())")
+                                             "nextDeadline", "addressType"]), "\(d.keys.sorted())")
+        #expect(["public", "random"].contains(d["addressType"] as? String ?? ""), "addressType \(String(describing: d["addressType"]))")
         #expect(d["address"] as? String == watch)
         #expect(d["state"] as? String == "waitingForDevice")
         #expect(d["wanted"] as? String == "connected")
