@@ -1,21 +1,27 @@
 #!/usr/bin/python3
 # testbed: mode=plain timeout=3600 wearables=strap
-"""Stall benchmark (issue 18): how long the heart rate is silent, with and without the bed's
-faults, against the Bumble strap (1 Hz heart rate). Run by `Tests/bench/bench.sh stall`; prints
-figures and writes $BED_OUT/results.jsonl. Never asserts on time.
+"""Stall benchmark (issue 18): how long a wearable's heart rate is silent when paird pairs it, when
+it comes back, and with the bed's faults. Run by `Tests/bench/bench.sh stall`; prints figures and
+writes $BED_OUT/results.jsonl. Never asserts on time.
 
-Kinds of repetition (BED_X_STALL_REPS each, default 5), one after another in one VM, paird paired
-once at the start:
-  return  walk-away, 1 s to BED_X_AWAY_MAX s away (default 10; the issue asks for 1-90 s), come-back
-          → first heart-rate notification at `pairctl watch`, timed from the come-back command
-          (the strap advertising again);
-  drop    the strap forgets the subscription while the link stays (`drop-subscription hr`)
+One wearable per VM, BED_X_STALL_PROFILE (default strap): strap | watch (watch-passkey: LE Secure
+Connections with a passkey, a resolvable private address rotating every 30 s) | ring (advertising
+every 1-2 s; its own drops and battery drain off) | twin (the BlueZ twin: bluetoothd on hci1, no
+fault injection, so only the pair and return kinds). Every profile notifies heart rate at 1 Hz.
+
+Kinds of repetition (BED_X_STALL_KINDS, default all that apply; BED_X_STALL_REPS each, default 5):
+  pair    `pairctl unpair` (returns once BlueZ removed the device), then `pairctl pair` → first
+          heart-rate notification at `pairctl watch`, timed from the start of `pairctl pair`;
+  return  walk-away, BED_X_AWAY_MIN..BED_X_AWAY_MAX s away (default 1..10; the issue asks for
+          1..90), come-back → first notification, timed from the come-back (the wearable
+          advertising again); beside it the kernel auto-connect's own figure from the same rep:
+          come-back → the link up at the wearable (its `connected` event, on its own clock);
+  drop    the wearable forgets the subscription while the link stays (`drop-subscription hr`)
           → first notification after it (paird's silence probe and re-subscription);
-  stall   the strap leaves every ATT request of its next link unanswered (`stall-att next`),
+  stall   the wearable leaves every ATT request of its next link unanswered (`stall-att next`),
           walk-away, come-back → first notification (paird's resolve deadline, then a new link).
 Each rep: the seconds, whether it took over 10 s, and paird's reasons for the links it ended
-(resolve-timeout, no-data, probe-…, subscription-lost). The kernel auto-connect's own figure
-and the pair → first notification reps of the issue are not measured here (see BENCHMARKS.md)."""
+(resolve-timeout, no-data, probe-…, subscription-lost)."""
 import json
 import os
 import random
@@ -24,15 +30,22 @@ import re
 from bedlib import *  # noqa: F403
 
 E = os.environ
+PROFILE = E.get("BED_X_STALL_PROFILE", "strap")
 REPS = int(E.get("BED_X_STALL_REPS", 5))
+AWAY_MIN = float(E.get("BED_X_AWAY_MIN", 1))
 AWAY_MAX = float(E.get("BED_X_AWAY_MAX", 10))
+FAULTS = PROFILE != "twin"
+KINDS = E.get("BED_X_STALL_KINDS", "pair return drop stall").split()
+KINDS = [k for k in KINDS if FAULTS or k in ("pair", "return")]
 RESULTS = os.path.join(os.environ.get("BED_OUT", "/tmp"), "results.jsonl")
 REASONS = r"→ connecting \((resolve-timeout|no-data|probe-[^)]*|subscription-lost)\)"
+PASSKEY = "123456"
+NAMES = {"strap": "Pulse-1", "watch": "Watch-1", "ring": "Ring-1", "twin": "Pulse-1"}
 
 
 def record(**kw):
     with open(RESULTS, "a") as f:
-        f.write(json.dumps(kw) + "\n")
+        f.write(json.dumps(dict(bench="stall", profile=PROFILE, **kw)) + "\n")
 
 
 def pct(xs, p):
@@ -40,70 +53,112 @@ def pct(xs, p):
     return s[max(0, min(len(s) - 1, int(-(-p * len(s) // 100)) - 1))]
 
 
-def first_notification_after(watch, n0, deadline=90):
-    wait_for(lambda: len(watch.lines("notify")) > n0, deadline, "a heart-rate notification")
+def hr(watch):
+    return [line for line in watch.lines("notify") if "2a37" in line]
+
+
+def start_wearable():
+    if PROFILE == "twin":
+        return Wearable.start(name="Pulse-1", battery=87)
+    if PROFILE == "watch":
+        return Wearable.start(profile="watch-passkey", extra=["--passkey", PASSKEY])
+    if PROFILE == "ring":
+        return Wearable.start(profile="ring", extra=["--drop-every", "0", "--drain-every", "0"])
+    return Wearable.start(profile="strap", battery=87)
+
+
+def pair(p):
+    args = ["--service", "180d"] if PROFILE in ("strap", "twin") else ["--name", NAMES[PROFILE]]
+    if PROFILE == "watch":
+        args += ["--passkey", PASSKEY]
+    rc, out, err = p.pairctl("pair", *args, "--timeout", "30", timeout=120)
+    if rc != 0:
+        raise BedError(f"pairctl pair exited {rc}: {err.strip()}")
+
+
+def link_up_after(w, seq0, t_back):
+    """Seconds from the come-back to the wearable's first `connected` event after seq0 (its clock)."""
+    for e in w.events(seq0):
+        if e["event"] == "connected":
+            return round(e["t"] - t_back, 3)
+    return None
 
 
 def rep(kind, k, p, w, watch, rng):
     reasons0 = len(re.findall(REASONS, p.logtext()))
-    away = None
-    if kind in ("return", "stall"):
+    away = link = None
+    if kind == "pair":
+        rc, _, err = p.pairctl("unpair", w.address, timeout=60)
+        if rc != 0:
+            raise BedError(f"pairctl unpair exited {rc}: {err.strip()}")
+        n0 = len(hr(watch))
+        t = now()
+        pair(p)
+    elif kind in ("return", "stall"):
         if kind == "stall":
             w.cmd("stall-att next")
         w.cmd("walk-away")
         p.wait_state("waitingForDevice", 30)
-        away = round(rng.uniform(1, AWAY_MAX), 1)
+        away = round(rng.uniform(AWAY_MIN, AWAY_MAX), 1)
         bed_sleep(away, f"{kind} {k}: away {away} s")
-        n0 = len(watch.lines("notify"))
+        n0 = len(hr(watch))
+        seq0 = w.last_seq()
         t = now()
-        w.cmd("come-back")
+        back = w.cmd("come-back")
     else:
-        wait_for(lambda: w.status()["subscribed"]["hr"], 30, "the strap subscribed")
-        n = len(watch.lines("notify"))
-        # the period is learned anew after each probe that found the strap answering: 8 intervals
-        wait_for(lambda: len(watch.lines("notify")) >= n + 11, 40, "11 notifications first (the period learned)")
-        n0 = len(watch.lines("notify"))
+        wait_for(lambda: w.status()["subscribed"]["hr"], 30, "the wearable subscribed")
+        n = len(hr(watch))
+        # the period is learned anew after each probe that found the wearable answering: 8 intervals
+        wait_for(lambda: len(hr(watch)) >= n + 11, 40, "11 notifications first (the period learned)")
         t = now()
         w.cmd("drop-subscription hr")
-        n0 = len(watch.lines("notify"))   # one already on its way counts as before the drop
-    first_notification_after(watch, n0)
+        n0 = len(hr(watch))   # one already on its way counts as before the drop
+    wait_for(lambda: len(hr(watch)) > n0, 120, "a heart-rate notification")
     dt = now() - t
+    if kind in ("return", "stall") and "t" in back:
+        link = link_up_after(w, seq0, back["t"])
     reasons = re.findall(REASONS, p.logtext())[reasons0:]
-    log(f"MEASURED {kind} {k}: first notification after {dt:.2f} s"
-        + (f" (away {away} s)" if away is not None else "") + (f"; paird ended links: {reasons}" if reasons else ""))
-    record(bench="stall", kind=kind, rep=k, seconds=round(dt, 3), away=away, over10=dt > 10, reasons=reasons)
-    wait_for(lambda: len(watch.lines("notify")) >= n0 + 3, 30, "notifications flowing again")
+    log(f"MEASURED {PROFILE} {kind} {k}: first notification after {dt:.2f} s"
+        + (f" (away {away} s)" if away is not None else "")
+        + (f"; link up after {link:.2f} s (auto-connect)" if link is not None else "")
+        + (f"; paird ended links: {reasons}" if reasons else ""))
+    record(kind=kind, rep=k, seconds=round(dt, 3), away=away, link_up=link, over10=dt > 10, reasons=reasons)
+    wait_for(lambda: len(hr(watch)) >= n0 + 3, 30, "notifications flowing again")
     return dt
 
 
 @scenario
 def main():
     rng = random.Random(18)
-    w = Wearable.start(name="Pulse-1", battery=87)
+    w = start_wearable()
     p = Paird()
     p.write_config("[Connection]\nDiscoveryTimeout = 120\n")
-    with step("paird up, paired, notifications flowing"):
+    with step(f"paird up, {PROFILE} paired, notifications flowing"):
         p.start()
-        pair_wearable(p)
-        p.wait_state("connected", 20)
         watch = p.watch()
-        wait_for(lambda: len(watch.lines("notify")) >= 10, 30, "10 notify lines (the period learned)")
+        pair(p)
+        p.wait_state("connected", 30)
+        wait_for(lambda: len(hr(watch)) >= 10, 30, "10 heart-rate notifications (the period learned)")
     figures = {}
-    for kind in ("return", "drop", "stall"):
-        with step(f"{REPS} × {kind}"):
+    for kind in KINDS:
+        with step(f"{PROFILE}: {REPS} × {kind}"):
             figures[kind] = []
             for k in range(1, REPS + 1):
                 try:
                     figures[kind].append(rep(kind, k, p, w, watch, rng))
                 except BedError as e:
-                    # a failed rep is a result too: recorded, then a fresh link for the next one
-                    log(f"FAILED {kind} {k}: {e}; status {p.device()}; wearable {w.status()}")
-                    record(bench="stall", kind=kind, rep=k, seconds=None, failed=str(e))
-                    w.cmd("walk-away")
-                    p.wait_state("waitingForDevice", 30)
-                    w.cmd("come-back")
-                    p.wait_state("connected", 60)
-    log("stall benchmark, seconds to the first heart-rate notification (Bumble strap, 1 Hz):")
+                    # a failed rep is a result too: recorded, then back to a paired, connected wearable
+                    log(f"FAILED {PROFILE} {kind} {k}: {e}; status {p.status()}; wearable {w.status()}")
+                    record(kind=kind, rep=k, seconds=None, failed=str(e))
+                    try:
+                        w.cmd("come-back")
+                        if p.device(w.address) is None:
+                            pair(p)
+                        p.wait_state("connected", 90, w.address)
+                    except BedError as e2:
+                        log(f"could not recover after the failed rep: {e2}; ending this kind")
+                        break
+    log(f"stall benchmark, seconds to the first heart-rate notification ({PROFILE}, 1 Hz):")
     for kind, xs in figures.items():
         if not xs:
             log(f"  {kind:7s} no rep succeeded")

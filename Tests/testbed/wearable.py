@@ -453,8 +453,9 @@ class Wearable:
             self.stop_adv(then=lambda: self.hci_disconnect(0x08))
             return {"handle": h, "reason": "0x08"}
         if cmd == "come-back":
+            t = round(time.monotonic() - T0, 3)
             self.start_adv()
-            return {"advertising": "requested"}
+            return {"advertising": "requested", "t": t}
         if cmd == "reboot":
             h = self.acl_handle()
             self.stop_adv(then=lambda: (self.hci_disconnect(0x13), self.start_adv()))
