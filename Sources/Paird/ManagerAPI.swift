@@ -198,7 +198,7 @@ final class ManagerAPI {
         case .pairing(let a): (kind, address, text) = ("pairing", "\(a)", "pairing…")
         case .removingStaleBond(let a): (kind, address, text) = ("removing-stale-bond", "\(a)", "removing the old bond of \(a)…")
         case .rescanning(let a, let reason):
-            (kind, address, text) = ("rescanning", "\(a)", "could not connect to \(a) (\(reason)); its private address may have changed: scanning again…")
+            (kind, address, text) = ("rescanning", "\(a)", "could not reach \(a) (\(reason)); its private address may have changed: scanning again…")
         case .paired(let a): (kind, address, text) = ("paired", "\(a)", "paired, connecting…")
         // The prompts' kinds carry what pairctl needs in `text`: the wearable's name, or the six
         // digits, a space and the name.

@@ -93,7 +93,7 @@ public enum PairingProgress: Sendable, Hashable {
     case found(Candidate)
     case pairing(DeviceAddress)
     case removingStaleBond(DeviceAddress)
-    /// `Pair()` could not connect to a private address (it may have rotated since it was found):
+    /// `Pair()` could not reach a private address (it may have rotated since it was found):
     /// scanning again for the wearable's new address (`PairingSession.rescans`).
     case rescanning(DeviceAddress, reason: String)
     /// The wearable shows a passkey: the user must type it (`Event.userAnswer(.passkey)`).
@@ -200,6 +200,12 @@ public struct PairingSession: Sendable, Hashable {
     /// connect-timeout). At most `maxRescans` per session, each with a fresh scan timeout.
     public var rescans = 0
     public static let maxRescans = 2
+    /// The private addresses whose `Pair()` could not reach the wearable: never tried again in
+    /// this session (the wearable's next address differs; BlueZ may list the old one a while).
+    public var unreachable: Set<DeviceAddress> = []
+    /// What ended the last `Pair()` before a rescan: the session's outcome if the scan then finds
+    /// no new address (not "no device found": one was found, and could not be reached).
+    public var rescanAfter: BlueZFailure?
 }
 
 /// Tunables; every one is a key in paird.conf.

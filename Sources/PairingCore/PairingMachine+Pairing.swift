@@ -37,7 +37,7 @@ extension PairingMachine {
     }
 
     mutating func candidateFound(_ c: Candidate, _ now: Moment, _ actions: inout [Action]) {
-        guard var p = pairing, case .scanning(let restart) = p.phase, p.request.matches(c) else { return }
+        guard var p = pairing, case .scanning(let restart) = p.phase, p.request.matches(c), !p.unreachable.contains(c.address) else { return }
         if let i = slot[c.address] {
             let d = slots[i]
             switch d.state {
@@ -78,7 +78,7 @@ extension PairingMachine {
             return
         }
         guard var p = pairing, case .pairing(let c, call, let question) = p.phase, c.address == a else { return }
-        if let failure, failure == .connectTimeout || failure == .abortedByLocal, question == nil,
+        if let failure, [.connectTimeout, .abortedByLocal, .deviceGone].contains(failure), question == nil,
            c.addressType == .random, a.isResolvablePrivate, !c.bonded, slot[a] == nil, p.rescans < PairingSession.maxRescans {
             rescan(p, c, failure, now, &actions)
             return
@@ -126,9 +126,12 @@ extension PairingMachine {
         if let i = slot[a] { startConnect(i, attempt: 1, now, &actions) }
     }
 
-    /// `Pair()` could not connect to the resolvable private address it was found at: back to
-    /// scanning for the wearable's next address, within a fresh scan timeout (`PairingSession.rescans`).
-    /// BlueZ is done with the failed call, so its device object (of the old address) goes.
+    /// `Pair()` could not reach the resolvable private address it was found at: it did not connect
+    /// (connect-timeout, le-connection-abort-by-local: the wearable rotated it before the
+    /// connection), or BlueZ had already dropped the device object (device-gone: BlueZ 5.66 drops
+    /// a device found only by non-connectable advertisements when discovery stops, seen on the
+    /// bed). Back to scanning for the wearable's next address, within a fresh scan timeout
+    /// (`PairingSession.rescans`). BlueZ is done with the failed call, so its device object goes.
     mutating func rescan(_ session: PairingSession, _ c: Candidate, _ failure: BlueZFailure, _ now: Moment, _ actions: inout [Action]) {
         var p = session
         let scan = countdown(.pairing, .scan, now + (p.request.scanTimeout ?? config.scanTimeout))
@@ -137,6 +140,8 @@ extension PairingMachine {
         actions.append(.disconnect(c.address))
         actions.append(.removeDevice(c.address))
         p.rescans += 1
+        p.unreachable.insert(c.address)
+        p.rescanAfter = failure
         p.phase = .scanning(.running(restart))
         p.countdown = scan
         pairing = p

@@ -4,7 +4,10 @@
 (issue 17, part 2; seen once in paird_several by chance). The bed makes the race certain: the
 watch advertises under an RPA that takes no connection (`rotate-after-found`: non-connectable,
 as if it had rotated the moment after it was found) and 5 s later rotates and advertises
-connectably. paird's `Pair()` on the found address cannot connect (BlueZ: connect-timeout);
+connectably. paird's `Pair()` on the found address fails: on BlueZ 5.66 with `device-gone`
+(bluetoothd drops a device seen only in non-connectable advertisements when discovery stops, so
+the object is gone before `Pair()` reaches it); a rotation of a connectable address instead ends
+in connect-timeout (seen in paird_several; that path is unit-tested, `privateAddressRotatedBeforePair`).
 paird scans again, finds the watch under its new address and pairs it in the same
 `pairctl pair`, stored by its identity."""
 import os
