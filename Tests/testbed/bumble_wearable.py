@@ -36,7 +36,7 @@ import time
 
 from bumble import gatt, hci
 from bumble.core import AdvertisingData, UUID
-from bumble.device import AdvertisingType, Device, DeviceConfiguration
+from bumble.device import Device, DeviceConfiguration
 from bumble.keys import JsonKeyStore
 from bumble.pairing import PairingConfig, PairingDelegate
 from bumble.transport import open_transport
@@ -138,8 +138,6 @@ class Wearable:
         self.pending_service_changed = False
         self.adv_reports = 0
         self.rotations = []
-        # `rotate-after-found`: advertise non-connectable (scannable) until the rotation
-        self.unconnectable = False
         self.lock = asyncio.Lock()       # advertising / address changes, one at a time
         self.tasks = []
         # fault injection (issue 18): ATT requests dropped unanswered on the next link
@@ -241,8 +239,7 @@ class Wearable:
     async def start_advertising(self):
         lo, hi = self.p["adv_ms"]
         adv, scan = self.adv_data()
-        kind = AdvertisingType.UNDIRECTED_SCANNABLE if self.unconnectable else AdvertisingType.UNDIRECTED_CONNECTABLE_SCANNABLE
-        await self.device.start_advertising(advertising_type=kind, advertising_data=adv, scan_response_data=scan,
+        await self.device.start_advertising(advertising_data=adv, scan_response_data=scan,
                                             advertising_interval_min=lo, advertising_interval_max=hi)
 
     async def adv_on(self):
@@ -522,25 +519,6 @@ class Wearable:
             if not self.p["privacy"]:
                 raise ValueError(f"profile {self.args.profile} has a static address")
             return {"address": await self.rotate_rpa(why="command")}
-        if cmd == "rotate-after-found":
-            # The bed's stand-in for a wearable whose RPA rotates between a central's discovery and
-            # its connection: it advertises under its current RPA, found by a scan but taking no
-            # connection there (non-connectable, scannable: the name in the scan response), and S s
-            # later rotates to a new RPA and advertises connectably.
-            if not self.p["privacy"]:
-                raise ValueError(f"profile {self.args.profile} has a static address")
-            delay = float(args[0]) if args else 5.0
-            self.unconnectable = True
-            found = addr_str(self.device.random_address)
-            await self.start_adv()
-            self.event("unconnectable", address=found, rotates_in=delay)
-
-            async def rotate_later():
-                await asyncio.sleep(delay)
-                self.unconnectable = False
-                await self.rotate_rpa(why="after-found")
-            self.tasks.append(asyncio.get_running_loop().create_task(rotate_later()))
-            return {"address": found, "rotates_in": delay}
         if cmd == "firmware-update":
             if "vendor" not in self.p["services"]:
                 raise ValueError(f"profile {self.args.profile} has no firmware update")
