@@ -194,9 +194,9 @@ public struct PairingSession: Sendable, Hashable {
 
     /// needsRepair devices whose stale BlueZ object we removed during this scan.
     public var removedForRepair: Set<DeviceAddress> = []
-    /// Scans started again after a `Pair()` that could not connect to a resolvable private
-    /// address: the wearable may have rotated it between the advertisement and the connection
-    /// (seen on the bed: the kernel then waits for the old address, and `Pair()` fails with
+    /// Scans started again after a `Pair()` that could not reach a resolvable private address:
+    /// the wearable may have rotated it between the advertisement and the connection (seen once
+    /// in `paird_several`: the kernel waits for the old address, and `Pair()` fails with
     /// connect-timeout). At most `maxRescans` per session, each with a fresh scan timeout.
     public var rescans = 0
     public static let maxRescans = 2
