@@ -10,7 +10,7 @@ RELEASE_BIN   = .build/release
 # passes the same flags, or SwiftPM would rebuild .build/release back and forth.
 RELEASE       = $(SWIFT) build -c release --static-swift-stdlib
 
-.PHONY: all deps build release test unit e2e e2e-all e2e-versions bluez-builds demo bench soak dist-docs deb install uninstall purge clean
+.PHONY: all deps build release test unit e2e e2e-ci e2e-all e2e-versions bluez-builds demo bench soak dist-docs deb install uninstall purge clean
 
 all: build
 
@@ -25,8 +25,9 @@ release: deps
 	$(RELEASE) --product pairctl
 	$(RELEASE) --product bluez-probe
 
-## test: every tier — unit + integration (swift test), then end-to-end on the real-BlueZ test bed.
-test: unit e2e
+## test: every tier — unit + integration (swift test), then end-to-end on the real-BlueZ test bed
+## (CI's subset, e2e-ci: within CI's 90 minutes on a busy machine; `make e2e` / `make e2e-all` run more).
+test: unit e2e-ci
 
 ## unit: PairingCore, the C modules, the event loop, D-Bus against a private dbus-daemon,
 ## BlueZ against python-dbusmock, the daemon and pairctl binaries against the mock.
@@ -45,6 +46,14 @@ E2E_CI_CORE   ?= paird_pair paird_away paird_bluetoothd paird_restart paird_unpa
 e2e: release deb
 	@if [ -n "$${BLUEZ:-}" ]; then exec Tests/testbed/e2e.sh; fi; \
 	rc=0; Tests/testbed/e2e.sh || rc=1; \
+	$(MAKE) --no-print-directory e2e-versions E2E_CORE="$(E2E_CI_CORE)" || rc=1; exit $$rc
+
+## e2e-ci: what CI runs (`make test`): make e2e without what it adds on a slow host's clock — the
+## BlueZ-twin runs (BED_WEARABLE=bumble), the bed's self-check and the five-minute absence
+## (E2E_CI_SKIP) on 5.66 — then the same core subset on each other version as make e2e.
+E2E_CI_SKIP   ?= bed_wearables paird_away_long
+e2e-ci: release deb
+	@rc=0; BED_WEARABLE=bumble E2E_SKIP="$(E2E_CI_SKIP)" Tests/testbed/e2e.sh || rc=1; \
 	$(MAKE) --no-print-directory e2e-versions E2E_CORE="$(E2E_CI_CORE)" || rc=1; exit $$rc
 
 ## e2e-all: everything make e2e runs, and the whole core subset (with paird_away_long, five
