@@ -94,7 +94,7 @@ public enum PairingProgress: Sendable, Hashable {
     case pairing(DeviceAddress)
     case removingStaleBond(DeviceAddress)
     /// `Pair()` could not reach a private address (it may have rotated since it was found):
-    /// scanning again for the wearable's new address (`PairingSession.rescans`).
+    /// scanning again for the wearable's new address (`PairingSession.unreachable`).
     case rescanning(DeviceAddress, reason: String)
     /// The wearable shows a passkey: the user must type it (`Event.userAnswer(.passkey)`).
     case passkeyRequested(DeviceAddress, name: String)
@@ -194,15 +194,14 @@ public struct PairingSession: Sendable, Hashable {
 
     /// needsRepair devices whose stale BlueZ object we removed during this scan.
     public var removedForRepair: Set<DeviceAddress> = []
-    /// Scans started again after a `Pair()` that could not reach a resolvable private address:
-    /// the wearable may have rotated it between the advertisement and the connection (seen once
-    /// in `paird_several`: the kernel waits for the old address, and `Pair()` fails with
-    /// connect-timeout). At most `maxRescans` per session, each with a fresh scan timeout.
-    public var rescans = 0
-    public static let maxRescans = 2
-    /// The private addresses whose `Pair()` could not reach the wearable: never tried again in
-    /// this session (the wearable's next address differs; BlueZ may list the old one a while).
+    /// The private addresses whose `Pair()` could not reach the wearable, each followed by a scan
+    /// started again: the wearable may have rotated it between the advertisement and the
+    /// connection (seen once in `paird_several`: the kernel waits for the old address, and
+    /// `Pair()` fails with connect-timeout). Never tried again in this session (the wearable's next
+    /// address differs; BlueZ may list the old one a while); at most `maxRescans` of them, each
+    /// rescan with a fresh scan timeout.
     public var unreachable: Set<DeviceAddress> = []
+    public static let maxRescans = 2
     /// What ended the last `Pair()` before a rescan: the session's outcome if the scan then finds
     /// no new address (not "no device found": one was found, and could not be reached).
     public var rescanAfter: BlueZFailure?

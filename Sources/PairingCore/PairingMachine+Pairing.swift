@@ -79,7 +79,7 @@ extension PairingMachine {
         }
         guard var p = pairing, case .pairing(let c, call, let question) = p.phase, c.address == a else { return }
         if let failure, [.connectTimeout, .abortedByLocal, .deviceGone].contains(failure), question == nil,
-           c.addressType == .random, a.isResolvablePrivate, !c.bonded, slot[a] == nil, p.rescans < PairingSession.maxRescans {
+           c.addressType == .random, a.isResolvablePrivate, !c.bonded, slot[a] == nil, p.unreachable.count < PairingSession.maxRescans {
             rescan(p, c, failure, now, &actions)
             return
         }
@@ -131,7 +131,7 @@ extension PairingMachine {
     /// connection), or BlueZ had already dropped the device object (device-gone: BlueZ 5.66 drops
     /// a device found only by non-connectable advertisements when discovery stops, seen on the
     /// bed). Back to scanning for the wearable's next address, within a fresh scan timeout
-    /// (`PairingSession.rescans`). BlueZ is done with the failed call, so its device object goes.
+    /// (`PairingSession.unreachable`). BlueZ is done with the failed call, so its device object goes.
     mutating func rescan(_ session: PairingSession, _ c: Candidate, _ failure: BlueZFailure, _ now: Moment, _ actions: inout [Action]) {
         var p = session
         let scan = countdown(.pairing, .scan, now + (p.request.scanTimeout ?? config.scanTimeout))
@@ -139,7 +139,6 @@ extension PairingMachine {
         actions.append(.cancel(p.countdown.id))
         actions.append(.disconnect(c.address))
         actions.append(.removeDevice(c.address))
-        p.rescans += 1
         p.unreachable.insert(c.address)
         p.rescanAfter = failure
         p.phase = .scanning(.running(restart))
@@ -149,7 +148,7 @@ extension PairingMachine {
         actions.append(.arm(restart))
         // Said as a pairing-session step (the pairing goes on), not as a failed pairing.
         actions.append(.report(Report(kind: .stateChanged, device: c.address, name: c.name, from: "pairing", to: "scanning",
-                                      reason: "\(failure.token) on a private address, rescan \(p.rescans) of \(PairingSession.maxRescans)")))
+                                      reason: "\(failure.token) on a private address, rescan \(p.unreachable.count) of \(PairingSession.maxRescans)")))
         actions.append(.pairingProgress(.rescanning(c.address, reason: failure.token)))
         actions.append(.startDiscovery(p.request))
     }

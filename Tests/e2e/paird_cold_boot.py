@@ -12,12 +12,10 @@ file alone: the device is known, wanted connected, waiting; nothing connects whi
 The wearable comes back → connected, notifications and battery, without any pairctl command."""
 import json
 import os
-import shutil
 
 from bedlib import *
 
 BOOT = int(os.environ.get("BED_BOOT", "0"))
-PERSIST = os.path.join(OUT, "persist")
 
 
 def boot1():
@@ -34,14 +32,7 @@ def boot1():
         check(p.stop() == 0, "paird exit status 0 after SIGTERM")
         w.stop()
         bluetoothd("stop")
-        shutil.rmtree(PERSIST, ignore_errors=True)
-        # bluetoothd's bonds, paird's state file and, with a Bumble wearable, the wearable's own
-        # key store (a real wearable keeps its bond in flash; stage2 restores all three)
-        for d in ("bluetooth", "paird", "bed-wearable"):
-            if os.path.isdir(f"/var/lib/{d}"):
-                shutil.copytree(f"/var/lib/{d}", os.path.join(PERSIST, d), symlinks=True)
-        with open(os.path.join(PERSIST, "paird", "state.json")) as f:
-            doc = json.load(f)
+        doc = keep_var_lib()
         check([d["address"] for d in doc["devices"]] == [w.address], f"the state file kept: {doc['devices']}")
         log(f"kept for boot 2: {sorted(os.listdir(PERSIST))}; state file {len(json.dumps(doc))} bytes")
 

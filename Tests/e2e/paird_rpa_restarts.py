@@ -11,14 +11,11 @@ notifications, no pairctl command. Then shut down as a machine does and keep /va
 Boot 2: a fresh kernel, controllers, bluetoothd and paird; the watch starts away and rotates
 again; paird knows it from the state file alone (identity address and type); it comes back →
 connected by identity, notifications, still one device."""
-import json
 import os
-import shutil
 
 from bedlib import *
 
 BOOT = int(os.environ.get("BED_BOOT", "0"))
-PERSIST = os.path.join(OUT, "persist")
 PASSKEY = "246810"
 
 
@@ -68,12 +65,7 @@ def boot1():
         check(p.stop() == 0, "paird exit status 0 after SIGTERM")
         w.stop()
         bluetoothd("stop")
-        shutil.rmtree(PERSIST, ignore_errors=True)
-        for d in ("bluetooth", "paird", "bed-wearable"):
-            if os.path.isdir(f"/var/lib/{d}"):
-                shutil.copytree(f"/var/lib/{d}", os.path.join(PERSIST, d), symlinks=True)
-        with open(os.path.join(PERSIST, "paird", "state.json")) as f:
-            doc = json.load(f)
+        doc = keep_var_lib()
         check([(d["address"], d.get("addressType")) for d in doc["devices"]] == [(w.address, "random")],
               f"the state file keeps identity address and type: {doc['devices']}")
         with open(os.path.join(PERSIST, "seen-rpas"), "w") as f:

@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import shutil
 import threading
 import time
 import traceback
@@ -202,6 +203,23 @@ def check(cond, what):
 
 
 # ------------------------------------------------------------------ bluetoothd
+# run-vm's boots=N: what a boot keeps for the next lives here; stage2 puts it back in /var/lib
+PERSIST = os.path.join(OUT, "persist")
+
+
+def keep_var_lib():
+    """At the end of a boot (boots=N): keep bluetoothd's bonds, paird's state file and, with a
+    Bumble wearable, its own key store (a real wearable keeps its bond in flash) in PERSIST, as a
+    disk would; run-vm's stage2 restores all three before the next boot's stack starts. Returns
+    paird's kept state file, parsed."""
+    shutil.rmtree(PERSIST, ignore_errors=True)
+    for d in ("bluetooth", "paird", "bed-wearable"):
+        if os.path.isdir(f"/var/lib/{d}"):
+            shutil.copytree(f"/var/lib/{d}", os.path.join(PERSIST, d), symlinks=True)
+    with open(os.path.join(PERSIST, "paird", "state.json")) as f:
+        return json.load(f)
+
+
 def bluetoothd(action, timeout=90):
     """start | stop | restart | kill | status — via guest/bluetoothd-ctl (plain or systemd)."""
     r = subprocess.run([os.path.join(TESTBED, "guest", "bluetoothd-ctl"), action],
@@ -1023,4 +1041,4 @@ def pair_wearable(p, name="Pulse-1", deadline=60):
 
 
 __all__ = [n for n in dir() if not n.startswith("_") and n not in (
-    "contextlib", "functools", "json", "os", "re", "signal", "socket", "subprocess", "sys", "threading", "time", "traceback")] + ["_Skip"]
+    "contextlib", "functools", "json", "os", "re", "shutil", "signal", "socket", "subprocess", "sys", "threading", "time", "traceback")] + ["_Skip"]
