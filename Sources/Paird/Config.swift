@@ -73,6 +73,7 @@ public struct DaemonConfig: Sendable, Equatable {
             case ("Connection", "DiscoveryTimeout"): c.machine.discoveryTimeout = try seconds(5...300)
             case ("Connection", "ResolveTimeout"): c.machine.resolveTimeout = try seconds(1...300)
             case ("Connection", "LinkDownWait"): c.machine.linkDownWait = try seconds(0...60)
+            case ("Connection", "ResolveFloor"): c.machine.resolveFloor = try seconds(0...300)
             case ("Connection", "BackoffInitial"): c.machine.backoff.initial = try seconds(0.1...60); backoffInitialLine = lineNo
             case ("Connection", "BackoffMax"): c.machine.backoff.maximum = try seconds(1...3600); backoffMaxLine = lineNo
             case ("Connection", "FallbackInterval"): c.machine.fallbackInterval = try seconds(5...86400)
@@ -124,7 +125,7 @@ public struct DaemonConfig: Sendable, Equatable {
     static let keys: [String: Set<String>] = [
         "General": ["Adapter"],
         "Pairing": ["ScanTimeout", "PairTimeout"],
-        "Connection": ["ConnectTimeout", "DiscoveryTimeout", "ResolveTimeout", "LinkDownWait", "BackoffInitial", "BackoffMax", "FallbackInterval",
+        "Connection": ["ConnectTimeout", "DiscoveryTimeout", "ResolveTimeout", "ResolveFloor", "LinkDownWait", "BackoffInitial", "BackoffMax", "FallbackInterval",
                        "AutoConnectHeadStart", "AbsentAfter", "FastAttempts", "SetupFailuresBeforeRepair", "ProofWindow"],
         "Notifications": ["Subscribe", "Battery"],
         "Health": ["FirstDataTimeout", "SilencePeriods", "SilenceMinimum", "ProbeTimeout", "ResubscribesPerLink"],

@@ -221,6 +221,18 @@ public struct MachineConfig: Sendable, Hashable {
     /// services resolve, the rest of the set-up gets `discoveryTimeout`. Measured on the bed: a
     /// good link resolves well within it (README, "When bluetoothd crashes").
     public var resolveTimeout: Duration = .seconds(6)
+    /// The least resolve deadline learned for a wearable (`ResolveFloor`): once paird has seen a
+    /// wearable's links resolve `resolveLearnAfter` times, a new link of it gets `resolveLearnFactor`
+    /// times the slowest of its last `resolveSamples` resolutions, at least this, at most
+    /// `resolveTimeout`. A link ended at such a learned deadline counts toward no lost bond, and
+    /// the next link gets the whole `resolveTimeout` (a firmware update that makes BlueZ discover
+    /// everything again costs one link). Measured on the bed: returns resolve 0.3–1.4 s after the
+    /// link (ServicesResolved after Connected, 5.66/5.82/5.87), up to 4 s on a loaded host after
+    /// a bluetoothd crash; paired first, 2.6–4.6 s. `resolveFloor >= resolveTimeout`: no learning.
+    public var resolveFloor: Duration = .seconds(3)
+    public var resolveLearnFactor: Int = 3
+    public var resolveLearnAfter: Int = 3
+    public static let resolveSamples = 8
     /// After paird drops an unusable link (`ResolveTimeout`, `DiscoveryTimeout`), its Connect()
     /// waits for that link to be seen down, at most this long: one sent while the link is still
     /// going down is answered at once by it and only adds a set-up round. Measured on the bed: an

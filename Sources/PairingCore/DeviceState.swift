@@ -264,6 +264,15 @@ public struct ManagedDevice: Sendable, Hashable {
     public var healthRemakes: Int = 0
     /// When a subscribed characteristic last delivered (for status).
     public var lastDataAt: Moment?
+    /// How long its last links took from up to `ServicesResolved` (at most
+    /// `MachineConfig.resolveSamples`, oldest first; kept across links while paird runs, not
+    /// persisted): what its learned resolve deadline is made of.
+    public var resolveTimes: [Duration] = []
+    /// The generation of the resolve countdown armed with a learned (shorter than configured)
+    /// deadline, if the current one is.
+    public var learnedResolve: UInt64?
+    /// A link was ended at a learned resolve deadline: the next one gets the whole `resolveTimeout`.
+    public var resolveCutShort = false
 
     public struct LastDisconnect: Sendable, Hashable {
         public var reason: String

@@ -134,8 +134,11 @@ extension PairingMachine {
                 // Not usable in time: drop this link and start over (it is our own disconnect,
                 // so the link-down that follows finds us `connecting` and is not a link loss).
                 // Only a link whose services never resolved counts toward the lost-bond heuristic.
-                // An adopted link that never resolved is no evidence either (`Link.adoptedUnresolved`).
-                if !link.resolved, !link.adoptedUnresolved, link.setupVerdict != .counted, countSetupFailure(i) { // entering needsRepair disconnects too
+                // An adopted link that never resolved is no evidence either (`Link.adoptedUnresolved`),
+                // nor one ended at a learned resolve deadline: the next link gets the whole one.
+                let cutShort = id.purpose == .resolve && slots[i].learnedResolve == id.generation
+                if cutShort { slots[i].resolveCutShort = true }
+                if !cutShort, !link.resolved, !link.adoptedUnresolved, link.setupVerdict != .counted, countSetupFailure(i) { // entering needsRepair disconnects too
                     move(i, to: .needsRepair(reason: .suspectedBondLoss), now, &actions)
                     return
                 }

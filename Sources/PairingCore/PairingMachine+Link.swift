@@ -42,6 +42,9 @@ extension PairingMachine {
             move(i, to: .discovering(link, countdown: discoveryCountdown(a, now)), now, &actions)
             actions.append(.setUpLink(a))
         case .discovering(var link, let c):
+            if c.id.purpose == .resolve, !link.resolved, !link.adoptedUnresolved {
+                learnResolveTime(i, now.since(link.upAt))
+            }
             link.resolved = true; link.adoptedUnresolved = false; link.setupVerdict = nil // a new set-up begins
             if c.id.purpose == .resolve {
                 // Resolved in time: the rest of the set-up gets the discovery countdown.
@@ -207,8 +210,29 @@ extension PairingMachine {
     /// dropped and connected again (`countdownFired`, as at the discovery timeout). Every link
     /// that enters `discovering` unresolved carries it: a fresh one (`linkUp`, `connectSucceeded`)
     /// and one adopted at reconciliation.
+    /// A wearable paird has seen resolve often enough gets a learned deadline instead
+    /// (`MachineConfig.resolveFloor`), unless its last link was ended at one.
     mutating func resolveCountdown(_ a: DeviceAddress, _ now: Moment) -> Countdown {
-        countdown(.device(a), .resolve, now.advanced(byNanoseconds: resolveNanos))
+        guard let i = slot[a] else { return countdown(.device(a), .resolve, now.advanced(byNanoseconds: resolveNanos)) }
+        let learned = slots[i].resolveCutShort ? nil : learnedResolveNanos(i)
+        slots[i].resolveCutShort = false
+        let c = countdown(.device(a), .resolve, now.advanced(byNanoseconds: learned ?? resolveNanos))
+        slots[i].learnedResolve = learned == nil ? nil : c.id.generation
+        return c
+    }
+
+    /// `resolveLearnFactor` × the slowest of the wearable's recent resolutions, at least
+    /// `resolveFloor`; nil while it has too few of them or the result is not below `resolveTimeout`.
+    func learnedResolveNanos(_ i: Int) -> Int64? {
+        let times = slots[i].resolveTimes
+        guard times.count >= config.resolveLearnAfter, let slowest = times.max() else { return nil }
+        let nanos = max(config.resolveFloor.nanoseconds, slowest.nanoseconds * Int64(config.resolveLearnFactor))
+        return nanos < resolveNanos ? nanos : nil
+    }
+
+    mutating func learnResolveTime(_ i: Int, _ took: Duration) {
+        slots[i].resolveTimes.append(took)
+        if slots[i].resolveTimes.count > MachineConfig.resolveSamples { slots[i].resolveTimes.removeFirst() }
     }
 
     /// Counts a link that came up (or a Connect the wearable answered) but never became usable.

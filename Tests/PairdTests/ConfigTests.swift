@@ -72,6 +72,7 @@ struct ConfigTests {
             DiscoveryTimeout = 25
             ResolveTimeout = 4.5
             LinkDownWait = 2.5
+            ResolveFloor = 2
             BackoffInitial = 0.5
             BackoffMax = 30
             FallbackInterval = 120
@@ -92,6 +93,7 @@ struct ConfigTests {
         #expect(c.machine.discoveryTimeout == .seconds(25))
         #expect(c.machine.resolveTimeout == .milliseconds(4500))
         #expect(c.machine.linkDownWait == .milliseconds(2500))
+        #expect(c.machine.resolveFloor == .seconds(2))
         #expect(c.machine.backoff.initial == .milliseconds(500))
         #expect(c.machine.backoff.maximum == .seconds(30))
         #expect(c.machine.fallbackInterval == .seconds(120))
