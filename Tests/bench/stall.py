@@ -20,9 +20,13 @@ Kinds of repetition (BED_X_STALL_KINDS, default all that apply; BED_X_STALL_REPS
   drop    the wearable forgets the subscription while the link stays (`drop-subscription hr`)
           → first notification after it (paird's silence probe and re-subscription);
   stall   the wearable leaves every ATT request of its next link unanswered (`stall-att next`),
-          walk-away, come-back → first notification (paird's resolve deadline, then a new link).
+          walk-away (BED_X_AWAY_MIN..BED_X_STALL_AWAY_MAX s, default at most 10), come-back → first
+          notification (paird's resolve deadline, then a new link).
 Each rep: the seconds, whether it took over 10 s, and paird's reasons for the links it ended
-(resolve-timeout, no-data, probe-…, subscription-lost)."""
+(resolve-timeout, no-data, probe-…, subscription-lost); for every kind but drop, from the bed's
+dbus-monitor log (one clock): the link up → ServicesResolved (BlueZ's share) and ServicesResolved →
+paird's first StartNotify (paird's own share; what the kernel's auto-connect and BlueZ cannot do
+for it)."""
 import json
 import os
 import random
@@ -35,6 +39,8 @@ PROFILE = E.get("BED_X_STALL_PROFILE", "strap")
 REPS = int(E.get("BED_X_STALL_REPS", 5))
 AWAY_MIN = float(E.get("BED_X_AWAY_MIN", 1))
 AWAY_MAX = float(E.get("BED_X_AWAY_MAX", 10))
+# a stall rep's absence only lets the wearable go and come back with its ATT stalled
+STALL_AWAY_MAX = float(E.get("BED_X_STALL_AWAY_MAX", min(AWAY_MAX, 10)))
 FAULTS = PROFILE != "twin"
 KINDS = E.get("BED_X_STALL_KINDS", "pair return drop stall").split()
 KINDS = [k for k in KINDS if FAULTS or k in ("pair", "return")]
@@ -85,8 +91,52 @@ def link_up_after(w, seq0, t_back):
     return None
 
 
+MONITOR = os.path.join(os.environ.get("BED_OUT", "/tmp"), "dbus-monitor.log")
+SIG = re.compile(r"^signal time=([\d.]+) .*path=/org/bluez/hci0/dev_[0-9A-F_]+; "
+                 r"interface=org.freedesktop.DBus.Properties; member=PropertiesChanged")
+CALL = re.compile(r"^method call time=([\d.]+) .*path=/org/bluez/hci0/dev_[0-9A-F_/a-z]+; "
+                  r"interface=org.bluez.GattCharacteristic1; member=StartNotify")
+
+
+def monitor_size():
+    try:
+        return os.path.getsize(MONITOR)
+    except OSError:
+        return 0
+
+
+def bluez_times(offset):
+    """From the bed's dbus-monitor log after `offset` (one clock, the guest's): the first StartNotify
+    paird sent, the last ServicesResolved=true before it and the last Connected=true before that.
+    Returns (seconds link up → resolved, milliseconds resolved → paird's StartNotify), each None
+    if not seen. The second is paird's own share of a return: the link is the kernel's
+    auto-connect, the resolution BlueZ's, what follows the subscription the wearable's."""
+    try:
+        with open(MONITOR, errors="replace") as f:
+            f.seek(offset)
+            lines = f.read().split("\n")
+    except OSError:
+        return None, None
+    up = resolved = None
+    for i, line in enumerate(lines):
+        m = SIG.match(line)
+        if m:
+            body = "\n".join(lines[i + 1:i + 30]).split("signal time=")[0].split("method ")[0]
+            if re.search(r'string "Connected"\s+variant\s+boolean true', body):
+                up = float(m.group(1))
+            if re.search(r'string "ServicesResolved"\s+variant\s+boolean true', body):
+                resolved = float(m.group(1))
+            continue
+        m = CALL.match(line)
+        if m and resolved is not None:
+            share = round((float(m.group(1)) - resolved) * 1000, 1)
+            return (round(resolved - up, 3) if up is not None and up <= resolved else None), share
+    return None, None
+
+
 def rep(kind, k, p, w, watch, rng):
     reasons0 = len(re.findall(REASONS, p.logtext()))
+    mon0 = monitor_size()
     away = link = None
     if kind == "pair":
         rc, _, err = p.pairctl("unpair", w.address, timeout=60)
@@ -104,7 +154,7 @@ def rep(kind, k, p, w, watch, rng):
             w.cmd("stall-att next")
         w.cmd("walk-away")
         p.wait_state("waitingForDevice", 30)
-        away = round(rng.uniform(AWAY_MIN, AWAY_MAX), 1)
+        away = round(rng.uniform(AWAY_MIN, AWAY_MAX if kind == "return" else STALL_AWAY_MAX), 1)
         bed_sleep(away, f"{kind} {k}: away {away} s")
         n0 = len(hr(watch))
         seq0 = w.last_seq()
@@ -123,11 +173,18 @@ def rep(kind, k, p, w, watch, rng):
     if kind in ("return", "stall") and "t" in back:
         link = link_up_after(w, seq0, back["t"])
     reasons = re.findall(REASONS, p.logtext())[reasons0:]
+    resolve = share = None
+    if kind != "drop":  # a dropped subscription is taken up again on the same link
+        wait_for(lambda: bluez_times(mon0)[1] is not None, 10, "paird's StartNotify in the dbus-monitor log")
+        resolve, share = bluez_times(mon0)
     log(f"MEASURED {PROFILE} {kind} {k}: first notification after {dt:.2f} s"
         + (f" (away {away} s)" if away is not None else "")
         + (f"; link up after {link:.2f} s (auto-connect)" if link is not None else "")
+        + (f"; resolved {resolve:.2f} s after the link" if resolve is not None else "")
+        + (f"; paird's StartNotify {share:.0f} ms after ServicesResolved" if share is not None else "")
         + (f"; paird ended links: {reasons}" if reasons else ""))
-    record(kind=kind, rep=k, seconds=round(dt, 3), away=away, link_up=link, over10=dt > 10, reasons=reasons)
+    record(kind=kind, rep=k, seconds=round(dt, 3), away=away, link_up=link, over10=dt > 10, reasons=reasons,
+           resolve=resolve, paird_ms=share)
     wait_for(lambda: len(hr(watch)) >= n0 + 3, 30, "notifications flowing again")
     return dt
 
