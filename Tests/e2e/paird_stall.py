@@ -6,11 +6,12 @@
     notifying) → paird, having learned the strap's 1 s period, finds it silent for 5 periods,
     probes it (a read of Battery Level), subscribes again → notifications resume on the same link;
 (b) the strap leaves every ATT request of its next link unanswered (`stall-att next`), so that
-    link comes up but never resolves → paird ends it at ResolveTimeout (6 s) and the next link
+    link comes up but never resolves → paird ends it at its resolve deadline (ResolveTimeout, 6 s,
+    or the shorter one learned from the strap's earlier links) and the next link
     works, notifications flowing.
 DiscoveryTimeout is raised to 120 s here, so only paird's resolve deadline can end the stalled link
 within the wait. BED_X_NO_HEALTH=1 turns paird's handling off through its configuration
-(SilencePeriods 1000 with SilenceMinimum 3600, ResolveTimeout 300): both parts then fail, which is
+(SilencePeriods 1000 with SilenceMinimum 3600, ResolveTimeout and ResolveFloor 300): both parts then fail, which is
 how this scenario was checked to be able to fail; BED_X_PARTS=a or b runs one part only. Prints each
 step's timing and the reasons paird gave for each link it ended."""
 import os
@@ -36,7 +37,7 @@ def main():
     p = Paird()
     conf = "[Connection]\nDiscoveryTimeout = 120\n"
     if OFF:
-        conf += "ResolveTimeout = 300\n[Health]\nFirstDataTimeout = 0\nSilencePeriods = 1000\nSilenceMinimum = 3600\n"
+        conf += "ResolveTimeout = 300\nResolveFloor = 300\n[Health]\nFirstDataTimeout = 0\nSilencePeriods = 1000\nSilenceMinimum = 3600\n"
         log("BED_X_NO_HEALTH=1: paird's silence probe and resolve deadline are configured off")
     p.write_config(conf)
     with step("paird up, pairctl pair --service 180d, notifications flowing"):
