@@ -15,7 +15,7 @@
 # Knobs (environment): BENCH_REPS5 (20), BENCH_REPS60 (2), BENCH_REPS300 (0), BENCH_STARTS (20),
 # BENCH_WINDOW (90 s; the native part's windows too), BENCH_SCALE_REPS (3), BENCH_STALL_REPS (5 per
 # kind), BENCH_AWAY_MAX (10 s: the return reps' longest absence, the issue asks for 90; a stalled-ATT rep is
-# away at most 10 s),
+# away at most 10 s), BENCH_STALL_SEED (18: the random absences; another seed, other ones),
 # BENCH_STALL_PROFILES (strap; any of strap watch ring twin), BENCH_STALL_VERSIONS (5.66; e.g. "5.66 5.82
 # newest"), BENCH_STALL_KINDS (pair return drop stall), BENCH_PARALLEL (0: the
 # reconnect part in one VM, approaches one after another; N: N VMs per approach, all at once).
@@ -153,7 +153,7 @@ for part in "${parts[@]}"; do
           impl=bumble; [[ $prof == twin ]] && impl=bluez
           o=$REPO/testbed-out/bench-stall-$v-$prof
           BLUEZ=$([[ $v == 5.66 ]] || echo "$v") BED_WEARABLE=$impl BED_X_STALL_PROFILE=$prof \
-            BED_X_STALL_REPS=$reps BED_X_AWAY_MAX=$amax \
+            BED_X_STALL_REPS=$reps BED_X_AWAY_MAX=$amax BED_X_SEED=${BENCH_STALL_SEED:-18} \
             Tests/testbed/run-vm --timeout $(( 900 + reps * (4 * 45 + amax) )) \
             --out "$o" Tests/bench/stall.py || say "stall ($v, $prof): exit $?"
           # each line gets the version it ran on ("newest" resolved to its number)
