@@ -72,7 +72,9 @@ struct Harness {
     func state(_ a: DeviceAddress) -> DeviceState? { machine.devices[a]?.state }
     func stateName(_ a: DeviceAddress) -> String? { machine.devices[a]?.state.name }
 
+    @discardableResult
     mutating func connectSucceeded(_ a: DeviceAddress) -> [Action] { send(.connectSucceeded(a, call: lastConnectCall[a]!)) }
+    @discardableResult
     mutating func connectFailed(_ a: DeviceAddress, _ f: BlueZFailure, after: Duration = .zero) -> [Action] {
         advance(after)
         return send(.connectFailed(a, call: lastConnectCall[a]!, f))

@@ -177,6 +177,23 @@ struct LearnedResolveTests {
         #expect(nextResolveDeadline(&recent) == .milliseconds(5700))
     }
 
+    @Test("a link adopted unresolved teaches nothing: when it came up is not known")
+    func adoptedTeachesNothing() {
+        var h = Harness(state: PersistedState(devices: [
+            PersistedDevice(identity: DeviceIdentity(address: watch, name: "Watch", serviceUUIDs: [ServiceUUID.heartRate]),
+                            wanted: .connected, pairedAt: 0, updatedAt: 0),
+        ]))
+        h.send(.adapterReady([watch: BlueZDeviceView(connected: true)]))
+        h.advance(.seconds(2))
+        h.send(.servicesResolved(watch))
+        #expect(h.machine.devices[watch]?.resolveTimes == [])
+        h.send(.linkProven(watch))
+        h.send(.setUpLinkFinished(watch, failure: nil))
+        away(&h)
+        comesBack(&h, resolveIn: .milliseconds(700))
+        #expect(h.machine.devices[watch]?.resolveTimes == [.milliseconds(700)], "a link seen coming up does")
+    }
+
     @Test("ResolveFloor at ResolveTimeout turns the learning off")
     func off() {
         var c = MachineConfig()
