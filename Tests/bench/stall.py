@@ -25,8 +25,8 @@ Kinds of repetition (BED_X_STALL_KINDS, default all that apply; BED_X_STALL_REPS
 Each rep: the seconds, whether it took over 10 s, and paird's reasons for the links it ended
 (resolve-timeout, no-data, probe-…, subscription-lost); for every kind but drop, from the bed's
 dbus-monitor log (one clock): the link up → ServicesResolved (BlueZ's share) and ServicesResolved →
-paird's first StartNotify (paird's own share; what the kernel's auto-connect and BlueZ cannot do
-for it)."""
+paird's first StartNotify (paird's own reaction: at most its share of a return, none when BlueZ
+re-enabled paird's notify session on the new link by itself and the data came first)."""
 import json
 import os
 import random
@@ -109,7 +109,7 @@ def bluez_times(offset):
     """From the bed's dbus-monitor log after `offset` (one clock, the guest's): the first StartNotify
     paird sent, the last ServicesResolved=true before it and the last Connected=true before that.
     Returns (seconds link up → resolved, milliseconds resolved → paird's StartNotify), each None
-    if not seen. The second is paird's own share of a return: the link is the kernel's
+    if not seen. The second is at most paird's share of a return: the link is the kernel's
     auto-connect, the resolution BlueZ's, what follows the subscription the wearable's."""
     try:
         with open(MONITOR, errors="replace") as f:
