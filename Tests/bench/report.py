@@ -139,6 +139,12 @@ def scale(d):
               + "; ".join(", ".join(f"{k} {v}" for k, v in r.get("final_states", {}).items()) for r in g) + " |")
 
 
+def trio(xs, f="{:.2f}"):
+    """p50 / p95 / max of the values that are there, or a dash."""
+    xs = [x for x in xs if x is not None]
+    return " / ".join(f.format(v) for v in (statistics.median(xs), pct(xs, 95), max(xs))) if xs else "—"
+
+
 def stall(d):
     rs = [r for r in rows(d, "stall*.jsonl") if r.get("bench") == "stall"]
     if not rs:
@@ -191,10 +197,6 @@ def stall(d):
             g = [r for r in ret if r.get("bluez", "5.66") == bluez and r.get("profile", "strap") == profile]
             if not g:
                 continue
-
-            def trio(xs, f="{:.2f}"):
-                xs = [x for x in xs if x is not None]
-                return " / ".join(f.format(v) for v in (statistics.median(xs), pct(xs, 95), max(xs))) if xs else "—"
             pm = [r.get("paird_ms") for r in g if r.get("paird_ms") is not None]
             print(f"| {bluez} | {profile} | {len(g)} | {trio([r.get('link_up') for r in g])} "
                   f"| {trio([r.get('resolve') for r in g])} | {trio(pm, '{:.0f}')} "
