@@ -74,6 +74,14 @@ def log(msg):
     print(f"  [{now() - T0:7.2f}] {msg}", flush=True)
 
 
+def trace(mark):
+    """A phase mark in /bed/out/boot-trace.log (guest uptime, as stage2 and run-scenario write
+    them): run-vm's bed-timing reads wearable-start/-up and paird-start/-ready pairs from it to
+    split a run's time into boot, stack, wearable, paird, the scenario's own steps and tear-down."""
+    with contextlib.suppress(OSError), open("/proc/uptime") as u, open(os.path.join(OUT, "boot-trace.log"), "a") as f:
+        f.write(f"{u.read().split()[0]} {mark}\n")
+
+
 # ------------------------------------------------------------------ main loop and waiting
 def _pump_once(interval):
     """Dispatch GLib/D-Bus events; block at most `interval` seconds for one to arrive."""
@@ -280,6 +288,7 @@ class Wearable:
             raise BedError(f"unknown wearable implementation {impl!r} (BED_WEARABLE=bumble|bluez)")
         args += (["--away"] if away else []) + list(extra)
         log(f"wearable: {impl} {profile if impl == 'bumble' else 'twin'} on {adapter}")
+        trace("wearable-start")
         proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT)
         w = cls(sock, proc, impl, profile if impl == "bumble" else "twin")
         at_exit(w.stop)
@@ -291,6 +300,7 @@ class Wearable:
             return st if (st["registered"] if away else st["advertising"]) else None
         st = wait_for(up, deadline, f"{impl} wearable {name or profile} "
                       f"{'up (away)' if away else 'advertising'} on {adapter}")
+        trace("wearable-up")
         w.identity = st["identity_address"]
         log(f"wearable up: {st['name']} identity {st['identity_address']} ({st['identity_address_type']}), "
             f"advertising as {st['address']} ({st.get('address_kind', st['address_type'])})")
@@ -687,6 +697,7 @@ class Paird:
     # -- lifecycle
     def start(self, wait=True, deadline=30, extra_args=()):
         self.starts += 1
+        trace("paird-start")
         if self.mode == "systemd":
             sh("systemctl start --no-block paird.service")
         else:
@@ -741,6 +752,7 @@ class Paird:
         """Wait for READY=1; returns when it was received (plain: the datagram's arrival)."""
         t = now()
         wait_for(self.ready, deadline, "paird READY=1")
+        trace("paird-ready")
         t_ready = next((tn for tn, n in self.notes if n == "READY=1"), now())
         log(f"paird ready (pid {self.pid()}) after {t_ready - t:.2f} s")
         return t_ready

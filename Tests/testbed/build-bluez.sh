@@ -24,7 +24,7 @@
 set -euo pipefail
 TB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$TB/../.." && pwd)
-CACHE=${BED_CACHE:-$REPO/.build-testbed}
+. "$TB/bed-cache"; CACHE=$(bed_cache_dir "$REPO")
 SRC_LIST=/etc/apt/sources.list.d/paird-bluez-src.sources
 TOOLS=(bluetoothd bluetoothctl btmon btvirt btmgmt)
 say() { echo "build-bluez: $*" >&2; }
@@ -43,8 +43,11 @@ if [[ $want == default || $want == "$(default_version)" || $want == 5.66 ]]; the
 fi
 
 # A cached build of an explicit version needs no apt at all.
-cached() { # dir → 0 if every tool is there and the stamp says the build finished
-  local t; [[ -f $1/BUILT ]] || return 1
+# The recipe: this script and the bed's BlueZ patches. A build made by another recipe (an older
+# clone's, in the machine-wide cache) is built again, not reused.
+RECIPE=$(cat "$0" "$TB"/bluez-patches/*/* 2>/dev/null | sha256sum | cut -c1-12)
+cached() { # dir → 0 if every tool is there and the stamp says this recipe's build finished
+  local t; [[ -f $1/BUILT ]] && grep -q " recipe $RECIPE\$" "$1/BUILT" || return 1
   for t in "${TOOLS[@]}"; do [[ -x $1/bin/$t ]] || return 1; done
 }
 if [[ $want != newest ]] && cached "$CACHE/bluez-$want${BLUEZ_NO_PATCHES:+-bare}"; then
@@ -153,7 +156,7 @@ got=$("$dir/bin/bluetoothd" --version)
 [[ $got == "$upstream" ]] || die "the built bluetoothd says '$got', not $upstream"
 rm -rf "$dir/obj" "$dir/dl"/*/   # the binaries are all the bed needs; the tarballs stay for reference
 { echo "$origin"; echo "configure: see build.log"; } >"$dir/ORIGIN"
-echo "$upstream $debver $((SECONDS - t0))s $(date -u +%FT%TZ)" >"$dir/BUILT"
+echo "$upstream $debver $((SECONDS - t0))s $(date -u +%FT%TZ) recipe $RECIPE" >"$dir/BUILT"
 say "BlueZ $upstream built in $((SECONDS - t0)) s: $dir/bin"
 echo "version $upstream"
 echo "$dir"

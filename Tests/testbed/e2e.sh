@@ -1,90 +1,147 @@
 #!/bin/bash
-# e2e.sh [SCENARIO...] — the real-BlueZ end-to-end tier (`make e2e`).
-# Installs the bed's packages if missing, then runs every scenario in Tests/e2e (files with a
-# "# testbed: mode=… timeout=…" header) in its own VM via run-vm, or only the named ones
-# (path, file name, or name without extension).  Prints PASS/FAIL per (scenario, wearable
-# implementation, BlueZ version) — "PASS  paird_pair [bumble, bluez 5.66]", "PASS  paird_pair [bluez,
-# bluez 5.66]" (the BlueZ twin as wearable) — with its duration
-# and a final "N passed, N failed, N skipped"; exits 1 if any failed. Logs of each run go to
-# testbed-out/<scenario>@<implementation>/ (testbed-out/<scenario>/ without a wearable). A scenario that
-# exits 0 after calling bedlib's skip() (it writes $BED_OUT/SKIPPED) counts as skipped.
+# e2e.sh [--all] [RUN...] — the real-BlueZ end-to-end tier (`make e2e`, `make e2e-ci`).
+# Installs the bed's packages if missing, then runs scenarios of Tests/e2e (files with a
+# "# testbed: mode=… timeout=…" header), each in its own VM via run-vm:
+#   no argument, or --all    every scenario on the default BlueZ (BLUEZ=, else 5.66), less E2E_SKIP
+#   SCENARIO                 that one (path, file name, or name without extension)
+#   VERSION:SCENARIO         that one on another BlueZ version (5.82:paird_pair, newest:paird_rpa)
+# `--all` and named runs combine: `e2e.sh --all 5.82:paird_pair newest:paird_pair` is one tier,
+# one queue, one summary (what `make e2e-ci` runs).
+#
+# E2E_JOBS=N (default 2) runs N VMs at a time, longest first (Tests/testbed/e2e-durations.tsv,
+# measured; a run not in it counts as its header's timeout / 4). Most of a scenario's time is
+# the wearable away or a deadline running out, so two VMs on 2 cores take about half the wall
+# time (README, "What runs where": measured side by side). Each run's console goes to
+# testbed-out/<run>.console.log and is printed whole when the run ends, so runs never interleave.
+# E2E_JOBS=1 runs one VM at a time (benchmarks, timing-sensitive work).
+#
+# Prints PASS/FAIL per (scenario, wearable implementation, BlueZ version) — "PASS  paird_pair
+# [bumble, bluez 5.66]  (25.8 s; timing: boot 3.3 · stack 5.8 · …)" — with its wall time and where
+# that time went (run-vm's bed-timing), then the longest runs, the tier's total against CI's
+# 90 minutes, and a final "N passed, N failed, N skipped"; exits 1 if any failed. Logs of each
+# run go to testbed-out/<scenario>@<implementation>[@bluez-<version>]/ (…/<scenario>/ without a
+# wearable). A scenario that exits 0 after calling bedlib's skip() (it writes $BED_OUT/SKIPPED)
+# counts as skipped.
 # PAIRD_BIN / PAIRCTL_BIN default to the release build (.build/release/{paird,pairctl}).
 # A failed scenario gets one retry on a fresh VM (E2E_RETRIES=0 turns that off), and one more
-# only if bluetoothd 5.66 segfaulted in the retry as well (dmesg; a BlueZ crash seen on the 6.12
+# only if bluetoothd segfaulted in the retry as well (dmesg; a BlueZ crash seen on the 6.12
 # bed, not paird's); the summary marks every scenario that needed a retry, and every run in which
 # bluetoothd segfaulted.
-# BLUEZ=<version> (5.66 default, 5.82, newest: see build-bluez.sh) runs every scenario on the
-# central's bluetoothd (and btvirt, btmon, bluetoothctl, btmgmt) of that version; built once here.
+# BLUEZ=<version> (5.66 default, 5.82, newest: see build-bluez.sh) is the default version of the
+# runs without a VERSION: prefix; every version named is built (or found cached) before any VM.
 set -uo pipefail
 TB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 E2E=$(cd "$TB/../e2e" && pwd)
 REPO=$(cd "$TB/../.." && pwd)
+OUTDIR=$(realpath -m "$REPO/testbed-out")
 export PAIRD_BIN=${PAIRD_BIN:-$REPO/.build/release/paird}
 export PAIRCTL_BIN=${PAIRCTL_BIN:-$REPO/.build/release/pairctl}
+JOBS=${E2E_JOBS:-2}
+CI_LIMIT=${E2E_CI_LIMIT:-5400}
 
 "$TB/install-deps.sh" || { echo "e2e: install-deps.sh failed"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
 
-# The BlueZ version every run uses (BLUEZ=, passed on to run-vm): built (or found cached) once
-# here, so a build failure stops the tier before any VM and each result line names the version.
-if [[ -n ${BLUEZ:-} ]]; then
-  bb=$("$TB/build-bluez.sh" "$BLUEZ") || { echo "e2e: build-bluez.sh $BLUEZ failed"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
-  BLUEZ=$(sed -n 's/^version //p' <<<"$bb" | tail -n1); export BLUEZ
-  bluez_version=$BLUEZ
-else
-  bluez_version=$(/usr/libexec/bluetooth/bluetoothd --version 2>/dev/null || echo '?')
-fi
-echo "e2e: bluez $bluez_version${BLUEZ:+ ($(tail -n1 <<<"$bb"))}"
+# ---------------------------------------------------------------- BlueZ versions
+# version_of[key] / dir_of[key]: what build-bluez.sh says for a requested version ("" = default)
+declare -A version_of=() dir_of=()
+default_version=$(/usr/libexec/bluetooth/bluetoothd --version 2>/dev/null || echo '?')
+resolve_version() { # $1 = requested ("" for the default BlueZ)
+  local want=$1 bb
+  [[ -n ${version_of[x$want]+x} ]] && return 0
+  if [[ -z $want ]]; then version_of[x]=$default_version; dir_of[x]=; return 0; fi
+  bb=$("$TB/build-bluez.sh" "$want") || { echo "e2e: build-bluez.sh $want failed"; return 1; }
+  version_of[x$want]=$(sed -n 's/^version //p' <<<"$bb" | tail -n1)
+  dir_of[x$want]=$(tail -n1 <<<"$bb")
+}
+base=${BLUEZ:-}
+unset BLUEZ
 
-scenarios=()
-if (($#)); then
-  for a in "$@"; do
-    for c in "$a" "$E2E/$a" "$E2E/$a.py" "$E2E/$a.sh"; do
-      [[ -f $c ]] && { scenarios+=("$(realpath "$c")"); continue 2; }
-    done
-    echo "e2e: no such scenario: $a" >&2; echo "0 passed, 1 failed, 0 skipped"; exit 1
-  done
-else
-  for f in "$E2E"/*; do
-    # E2E_SKIP: names (without extension) left out of this all-scenarios run (make e2e-ci)
-    [[ " ${E2E_SKIP:-} " == *" $(basename "${f%.*}") "* ]] && { echo "e2e: skipping $(basename "$f") (E2E_SKIP)"; continue; }
-    [[ -f $f ]] && head -n 20 "$f" | grep -qE '^(#|//) *testbed:' && scenarios+=("$f")
-  done
-fi
-((${#scenarios[@]})) || { echo "e2e: no scenarios in $E2E"; echo "0 passed, 0 failed, 0 skipped"; exit 1; }
-
-# The first "bluetoothd[PID]: segfault …" (or "traps: bluetoothd[PID] general protection fault …",
-# the same BlueZ bug another way) line of a run's dmesg, if bluetoothd crashed in it.
-btd_segfault() { grep -hoE 'bluetoothd\[[0-9]+\]:? (segfault|general protection fault).{0,60}' "$1/dmesg.log" 2>/dev/null | head -n1; }
-
+# ---------------------------------------------------------------- the runs
+find_scenario() {
+  local c
+  for c in "$1" "$E2E/$1" "$E2E/$1.py" "$E2E/$1.sh"; do [[ -f $c ]] && { realpath "$c"; return 0; }; done
+  return 1
+}
 # Which wearable implementations run a scenario: its header's `wearables=PROFILE[,…]` says it
 # needs a wearable (run on Bumble, the default, with those profiles); `twin=yes` adds a run on
 # the BlueZ twin (wearable.py, the BlueZ-to-BlueZ reference); `twin=no-bumble-only` means the
 # scenario needs Bumble's profiles (it runs on Bumble even with BED_WEARABLE=bluez). No
 # `wearables=`: one run, no wearable. BED_WEARABLE=bumble|bluez (set by hand) runs only that one.
-impls_of() {
+# A VERSION:SCENARIO run is on Bumble only: the twin is the BlueZ 5.66-to-5.66 reference.
+impls_of() { # $1 = scenario, $2 = the version asked for ("" = the default)
   local hdr; hdr=$(head -n 20 "$1" | grep -m1 -E '^(#|//) *testbed:' || true)
   if [[ ! $hdr =~ wearables=([a-z,-]+) ]]; then echo none; return; fi
   if [[ $hdr =~ twin=no-bumble-only ]]; then echo bumble; return; fi   # Bumble profiles only
   if [[ -n ${BED_WEARABLE:-} ]]; then echo "$BED_WEARABLE"; return; fi
+  if [[ -n ${2:-} && ${2:-} != "$base" ]]; then echo bumble; return; fi
   echo bumble; [[ $hdr =~ twin=yes ]] && echo bluez
 }
-runs=()
-for s in "${scenarios[@]}"; do for i in $(impls_of "$s"); do runs+=("$i:$s"); done; done
+todo=()   # "version|scenario path" (version "" = the default)
+all=0; named=()
+for a in "$@"; do [[ $a == --all ]] && all=1 || named+=("$a"); done
+((${#named[@]})) || all=1
+if ((all)); then
+  for f in "$E2E"/*; do
+    # E2E_SKIP: names (without extension) left out of this all-scenarios run (make e2e-ci)
+    [[ " ${E2E_SKIP:-} " == *" $(basename "${f%.*}") "* ]] && { echo "e2e: skipping $(basename "$f") (E2E_SKIP)"; continue; }
+    [[ -f $f ]] && head -n 20 "$f" | grep -qE '^(#|//) *testbed:' && todo+=("$base|$f")
+  done
+fi
+for a in "${named[@]}"; do
+  v=$base; s=$a
+  if [[ $a =~ ^([0-9][0-9.]*|newest|default):(.+)$ ]]; then v=${BASH_REMATCH[1]}; s=${BASH_REMATCH[2]}; fi
+  f=$(find_scenario "$s") || { echo "e2e: no such scenario: $s" >&2; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
+  todo+=("$v|$f")
+done
+((${#todo[@]})) || { echo "e2e: no scenarios in $E2E"; echo "0 passed, 0 failed, 0 skipped"; exit 1; }
 
-pass=0; fail=0; skip=0; summary=(); t_all=$SECONDS
-for r in "${runs[@]}"; do
-  impl=${r%%:*}; s=${r#*:}
-  name=$(basename "${s%.*}")
-  # testbed-out/<scenario>@<impl> for the default BlueZ, …@<impl>@bluez-<version> for another
-  vs=${BLUEZ:+@bluez-$BLUEZ}
-  if [[ $impl == none ]]; then label="$name [bluez $bluez_version]"; runname=$name$vs
-  else label="$name [$impl, bluez $bluez_version]"; runname=$name@$impl$vs; fi
+# Every version is built (or found cached) before the first VM: a build failure stops the tier.
+for t in "${todo[@]}"; do
+  resolve_version "${t%%|*}" || { echo "0 passed, 1 failed, 0 skipped"; exit 1; }
+done
+echo "e2e: bluez ${version_of[x$base]}$(for k in "${!version_of[@]}"; do [[ $k != "x$base" ]] && printf ', %s' "${version_of[$k]}"; done) · $JOBS VM(s) at a time"
+
+# The expected duration of a run, for the longest-first order: measured (e2e-durations.tsv:
+# "name<TAB>seconds", name as in testbed-out), else the header's timeout / 4.
+declare -A expect=()
+[[ -f $TB/e2e-durations.tsv ]] && while IFS=$'\t' read -r n s; do [[ $n == \#* || -z $n ]] || expect[$n]=$s; done <"$TB/e2e-durations.tsv"
+runs=()   # "expected|impl|version key|scenario|runname|label"
+for t in "${todo[@]}"; do
+  v=${t%%|*}; s=${t#*|}; name=$(basename "${s%.*}")
+  ver=${version_of[x$v]}
+  vs=; [[ $ver != "$default_version" ]] && vs=@bluez-$ver
+  for impl in $(impls_of "$s" "$v"); do
+    if [[ $impl == none ]]; then label="$name [bluez $ver]"; runname=$name$vs
+    else label="$name [$impl, bluez $ver]"; runname=$name@$impl$vs; fi
+    e=${expect[$runname]:-}
+    if [[ -z $e ]]; then
+      hdr=$(head -n 20 "$s" | grep -m1 -E '^(#|//) *testbed:' || true)
+      [[ $hdr =~ timeout=([0-9]+) ]] && e=$((BASH_REMATCH[1] / 4)) || e=150
+    fi
+    runs+=("$e|$impl|$v|$s|$runname|$label")
+  done
+done
+mapfile -t runs < <(printf '%s\n' "${runs[@]}" | sort -t'|' -k1,1nr -s)
+
+# The first "bluetoothd[PID]: segfault …" (or "traps: bluetoothd[PID] general protection fault …",
+# the same BlueZ bug another way) line of a run's dmesg, if bluetoothd crashed in it.
+btd_segfault() { grep -hoE 'bluetoothd\[[0-9]+\]:? (segfault|general protection fault).{0,60}' "$1/dmesg.log" 2>/dev/null | head -n1; }
+
+RES=$(mktemp -d "${TMPDIR:-/tmp}/e2e-results.XXXXXX")
+trap 'rm -rf "$RES"' EXIT
+# run_one INDEX: one run with its retries; its console in testbed-out/<run>.console.log, its
+# result in $RES/INDEX: "status<TAB>seconds<TAB>summary line".
+run_one() {
+  local i=$1 r=${runs[$1]} e impl v s runname label out con t0 rc note tries retries crash_retry seg dt timing
+  IFS='|' read -r e impl v s runname label <<<"$r"
+  out=$OUTDIR/$runname; con=$OUTDIR/$runname.console.log
+  mkdir -p "$OUTDIR"; : >"$con"
   export BED_WEARABLE=${impl/none/bumble}
-  printf '\n\033[1m=== %s\033[0m\n' "$label"
+  if [[ -n $v ]]; then export BLUEZ=$v; else unset BLUEZ; fi
+  printf '=== %s\n' "$label" >>"$con"
   t0=$(date +%s.%N)
-  "$TB/run-vm" --name "$runname" "$s"
+  "$TB/run-vm" --name "$runname" "$s" >>"$con" 2>&1
   rc=$?
-  out=$(realpath -m "$TB/../../testbed-out/$runname")
   note=""; tries=1; retries=${E2E_RETRIES:-1}; crash_retry=$((retries > 0))
   while ((rc != 0)); do
     seg=$(btd_segfault "$out")
@@ -93,27 +150,69 @@ for r in "${runs[@]}"; do
       # load. The first run's logs are kept, and the summary says a retry was needed.
       retries=$((retries - 1))
     elif [[ -n $seg ]] && ((crash_retry)); then
-      # bluetoothd 5.66 itself segfaulted in this run too (dmesg): one more VM, said so below.
+      # bluetoothd itself segfaulted in this run too (dmesg): one more VM, said so below.
       crash_retry=0
     else
       break
     fi
     rm -rf "$out-try$tries"; mv "$out" "$out-try$tries" 2>/dev/null
     note+=" — NEEDED A RETRY: run $tries exit $rc${seg:+ (bluetoothd segfaulted: $seg)}, logs $out-try$tries"
-    printf '\n\033[1m=== %s: failed (exit %d)%s; retry on a fresh VM, logs of that run in %s\033[0m\n' \
-      "$label" "$rc" "${seg:+, bluetoothd segfaulted}" "$out-try$tries"
+    printf '\n=== %s: failed (exit %d)%s; retry on a fresh VM, logs of that run in %s\n' \
+      "$label" "$rc" "${seg:+, bluetoothd segfaulted}" "$out-try$tries" >>"$con"
     tries=$((tries + 1))
-    "$TB/run-vm" --name "$runname" "$s"
+    "$TB/run-vm" --name "$runname" "$s" >>"$con" 2>&1
     rc=$?
   done
   seg=$(btd_segfault "$out")
   [[ -n $seg ]] && note+=" — bluetoothd segfaulted in the last run: $seg"
   dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
-  if ((rc == 0)) && [[ -f $out/SKIPPED ]]; then skip=$((skip + 1)); summary+=("SKIP  $label  (${dt} s)$note: $(head -c 300 "$out/SKIPPED")")
-  elif ((rc == 0)); then pass=$((pass + 1)); summary+=("PASS  $label  (${dt} s)$note")
-  else fail=$((fail + 1)); summary+=("FAIL  $label  (${dt} s, exit $rc; logs: $out)$note"); fi
+  timing=$(sed 's/^timing: //; s/ = .*//' "$out/timing.txt" 2>/dev/null)
+  timing=${timing:+; $timing}
+  if ((rc == 0)) && [[ -f $out/SKIPPED ]]; then printf 'skip\t%s\tSKIP  %s  (%s s%s)%s: %s\n' "$dt" "$label" "$dt" "$timing" "$note" "$(head -c 300 "$out/SKIPPED")"
+  elif ((rc == 0)); then printf 'pass\t%s\tPASS  %s  (%s s%s)%s\n' "$dt" "$label" "$dt" "$timing" "$note"
+  else printf 'fail\t%s\tFAIL  %s  (%s s, exit %s%s; logs: %s)%s\n' "$dt" "$label" "$dt" "$rc" "$timing" "$out" "$note"; fi >"$RES/$i"
+}
+
+# ---------------------------------------------------------------- the queue
+t_all=$SECONDS
+declare -A running=()   # pid → index
+next=0; done_n=0
+report() { # print a finished run's console and result as one block
+  local i=$1 r=${runs[$1]} e impl v s runname label
+  IFS='|' read -r e impl v s runname label <<<"$r"
+  printf '\n\033[1m=== %s (%d of %d done, %d s into the tier)\033[0m\n' "$label" "$done_n" "${#runs[@]}" $((SECONDS - t_all))
+  sed '1d' "$OUTDIR/$runname.console.log" 2>/dev/null
+  [[ -s $RES/$i ]] && cut -f3- "$RES/$i" || echo "FAIL  $label  (no result: the run's job died)"
+}
+while ((next < ${#runs[@]} || ${#running[@]})); do
+  while ((next < ${#runs[@]} && ${#running[@]} < JOBS)); do
+    run_one "$next" & running[$!]=$next
+    next=$((next + 1))
+  done
+  wait -n -p pid "${!running[@]}" 2>/dev/null
+  [[ -n ${pid:-} && -n ${running[$pid]+x} ]] || {   # wait -n without -p (bash < 5.1): find who ended
+    for p in "${!running[@]}"; do kill -0 "$p" 2>/dev/null || { pid=$p; break; }; done; }
+  [[ -n ${pid:-} && -n ${running[$pid]+x} ]] || continue
+  i=${running[$pid]}; unset "running[$pid]"; pid=
+  done_n=$((done_n + 1)); report "$i"
 done
-printf '\n\033[1m=== e2e summary (%d s)\033[0m\n' $((SECONDS - t_all))
-printf '%s\n' "${summary[@]}"
+
+# ---------------------------------------------------------------- the summary
+total=$((SECONDS - t_all))
+pass=0; fail=0; skip=0; vm=0
+printf '\n\033[1m=== e2e summary: %d runs, %d VM(s) at a time, %d s (%d min) wall\033[0m\n' "${#runs[@]}" "$JOBS" "$total" $(((total + 30) / 60))
+for ((i = 0; i < ${#runs[@]}; i++)); do
+  if [[ -s $RES/$i ]]; then
+    IFS=$'\t' read -r st dt line <"$RES/$i"
+  else st=fail; dt=0; line="FAIL  $(cut -d'|' -f6 <<<"${runs[i]}")  (no result)"; fi
+  case $st in pass) pass=$((pass + 1)) ;; skip) skip=$((skip + 1)) ;; *) fail=$((fail + 1)) ;; esac
+  vm=$(awk -v a="$vm" -v b="$dt" 'BEGIN{printf "%.1f", a+b}')
+  echo "$line"
+done
+echo "longest runs (their VM time is what a second lane hides; a new scenario's budget: README, \"What runs where\"):"
+for ((i = 0; i < ${#runs[@]}; i++)); do [[ -s $RES/$i ]] && printf '%s\t%s\n' "$(cut -f2 "$RES/$i")" "$(cut -d'|' -f6 <<<"${runs[i]}")"; done \
+  | sort -t$'\t' -k1,1nr | head -n 5 | while IFS=$'\t' read -r dt l; do printf '  %7.1f s  %s\n' "$dt" "$l"; done
+printf 'e2e: %s s of VM time in %d s of wall time (%d VM(s) at a time); this tier alone is %d%% of CI'"'"'s %d s\n' \
+  "$vm" "$total" "$JOBS" $((100 * total / CI_LIMIT)) "$CI_LIMIT"
 echo "$pass passed, $fail failed, $skip skipped"
 ((fail == 0))

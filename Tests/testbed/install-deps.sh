@@ -35,7 +35,7 @@ done
 # sees it at the same path (its /tmp and /var/tmp are fresh tmpfs). .build-*/ is gitignored.
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUMBLE_VERSION=0.0.236
-VENV=${BED_BUMBLE_VENV:-$REPO/.build-testbed/bumble-venv}
+. "$REPO/Tests/testbed/bed-cache"; VENV=${BED_BUMBLE_VENV:-$(bed_cache_dir "$REPO")/bumble-venv}
 have_bumble() {
   "$VENV/bin/python" -c "import importlib.metadata as m, bumble.device; assert m.version('bumble') == '$BUMBLE_VERSION'" 2>/dev/null
 }
