@@ -212,6 +212,12 @@ done
 echo "longest runs (their VM time is what a second lane hides; a new scenario's budget: README, \"What runs where\"):"
 for ((i = 0; i < ${#runs[@]}; i++)); do [[ -s $RES/$i ]] && printf '%s\t%s\n' "$(cut -f2 "$RES/$i")" "$(cut -d'|' -f6 <<<"${runs[i]}")"; done \
   | sort -t$'\t' -k1,1nr | head -n 5 | while IFS=$'\t' read -r dt l; do printf '  %7.1f s  %s\n' "$dt" "$l"; done
+# This tier's durations, in the form the longest-first order reads (copy it over
+# Tests/testbed/e2e-durations.tsv after a full run on a quiet machine to refresh the order).
+{ echo "# run<TAB>seconds: e2e.sh $(date -u +%FT%TZ), $JOBS VM(s) at a time"
+  for ((i = 0; i < ${#runs[@]}; i++)); do
+    [[ -s $RES/$i ]] && printf '%s\t%s\n' "$(cut -d'|' -f5 <<<"${runs[i]}")" "$(cut -f2 "$RES/$i")"
+  done; } >"$OUTDIR/e2e-durations.tsv"
 printf 'e2e: %s s of VM time in %d s of wall time (%d VM(s) at a time); this tier alone is %d%% of CI'"'"'s %d s\n' \
   "$vm" "$total" "$JOBS" $((100 * total / CI_LIMIT)) "$CI_LIMIT"
 echo "$pass passed, $fail failed, $skip skipped"
