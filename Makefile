@@ -40,11 +40,12 @@ unit: deps release
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
 
-## e2e: the real kernel Bluetooth stack, bluetoothd 5.66 and virtual wearables in a qemu VM: Bumble
-## profiles (an independent BLE stack) for every scenario, the BlueZ twin for a core subset; then
-## CI's core subset (E2E_CI_CORE) on each other BlueZ version of BLUEZ_VERSIONS (what CI runs).
+## e2e: the real kernel Bluetooth stack, bluetoothd 5.66 and virtual wearables in qemu VMs: Bumble
+## profiles (an independent BLE stack) for every scenario, the BlueZ twin for a core subset, and
+## CI's core subset (E2E_CI_CORE) on each other BlueZ version of BLUEZ_VERSIONS: one queue, two
+## VMs at a time (E2E_JOBS), one summary. make e2e-ci (CI) is the same less E2E_CI_SKIP.
 ## BLUEZ=5.82 make e2e (or BLUEZ=newest): every scenario on that BlueZ version's bluetoothd and tools
-## (Tests/testbed/build-bluez.sh builds it once into .build-testbed/bluez-<version>/), nothing else.
+## (Tests/testbed/build-bluez.sh builds it once per machine: Tests/testbed/bed-cache), nothing else.
 E2E_VERSIONS_DIR = Tests/e2e/versions
 E2E_CI_CORE   ?= paird_pair paird_away paird_bluetoothd paird_restart paird_unpair paird_passkey paird_rpa \
                  $(E2E_VERSIONS_DIR)/paird_disconnect_reason.py $(E2E_VERSIONS_DIR)/paird_rpa_repair.py
@@ -52,15 +53,15 @@ e2e: release deb bluez-builds
 	@if [ -n "$${BLUEZ:-}" ]; then exec Tests/testbed/e2e.sh; fi; \
 	Tests/testbed/e2e.sh --all $(foreach v,$(BLUEZ_VERSIONS),$(addprefix $(v):,$(E2E_CI_CORE)))
 
-## e2e-ci: what CI runs (`make test`): one queue, E2E_JOBS VMs at a time (2), longest first —
-## every scenario on 5.66 less E2E_CI_SKIP (the five-minute absence), then the core subset
-## (E2E_CI_CORE) on each other version of BLUEZ_VERSIONS; one summary with each run's time.
+## e2e-ci: what CI runs (`make test`): make e2e less E2E_CI_SKIP (paird_away_long, five minutes
+## away: README, "What runs where"); one queue, E2E_JOBS VMs at a time (2), longest first; one
+## summary with each run's time, the longest runs and the tier's share of CI's 90 minutes.
 E2E_CI_SKIP   ?= paird_away_long
 e2e-ci: release deb bluez-builds
 	E2E_SKIP="$(E2E_CI_SKIP)" Tests/testbed/e2e.sh --all $(foreach v,$(BLUEZ_VERSIONS),$(addprefix $(v):,$(E2E_CI_CORE)))
 
 ## e2e-all: everything make e2e runs, and the whole core subset (with paird_away_long, five
-## minutes away) on each other version: what CI leaves out to stay within its 90 minutes.
+## minutes away) on each other version.
 e2e-all: release deb bluez-builds
 	Tests/testbed/e2e.sh --all $(foreach v,$(BLUEZ_VERSIONS),$(addprefix $(v):,$(E2E_CORE) $(E2E_VERSIONS_DIR)/paird_disconnect_reason.py $(E2E_VERSIONS_DIR)/paird_rpa_repair.py))
 
