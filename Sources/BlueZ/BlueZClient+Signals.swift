@@ -182,10 +182,12 @@ extension BlueZClient {
         }
     }
 
-    /// Records an `RSSI` that arrived while our discovery runs (127: HCI's "not available");
-    /// returns the device's RSSI from this scan, nil when it was not heard in it.
+    /// Records an `RSSI` that arrived while our discovery runs; returns the device's RSSI from
+    /// this scan, nil when it was not heard in it. 127 (HCI's "not available") is kept: BlueZ
+    /// sent it because it heard an advertisement now (the bed's btvirt reports 127 for every
+    /// one, as a controller may that does not measure it).
     func heard(_ a: DeviceAddress, _ rssi: DBusValue?) -> Int? {
-        if discoveryActive, let r = rssi?.int16, r != 127 { scanRSSI[a] = Int(r) }
+        if discoveryActive, let r = rssi?.int16 { scanRSSI[a] = Int(r) }
         return scanRSSI[a]
     }
 

@@ -64,11 +64,11 @@ public struct DeviceInfo: Sendable, Hashable {
         BlueZDeviceView(exists: true, bonded: isBonded, connected: connected, servicesResolved: servicesResolved)
     }
 
-    /// The pairing candidate this device makes (RSSI 127 is HCI's "not available"). Without an
-    /// RSSI (not heard in this scan) it is a device BlueZ merely remembers: the machine takes
-    /// one only as a bond made elsewhere whose address the user named.
+    /// The pairing candidate this device makes. Without an RSSI (not heard in this scan) it is a
+    /// device BlueZ merely remembers: the machine takes one only as a bond made elsewhere whose
+    /// address the user named. 127 (HCI's "not available") is an advertisement heard all the same.
     public var candidate: Candidate {
-        Candidate(address: address, addressType: addressType, name: name, rssi: rssi == 127 ? nil : rssi,
+        Candidate(address: address, addressType: addressType, name: name, rssi: rssi,
                   serviceUUIDs: uuids, bonded: paired)
     }
 }

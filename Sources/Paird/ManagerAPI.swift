@@ -193,7 +193,7 @@ final class ManagerAPI {
         switch p {
         case .scanning: (kind, address, text) = ("scanning", "", "scanning…")
         case .found(let c):
-            let rssi = c.rssi.map { ", \($0) dBm" } ?? ""
+            let rssi = c.rssi.flatMap { $0 == 127 ? nil : ", \($0) dBm" } ?? "" // 127: not available
             (kind, address, text) = ("found", "\(c.address)", "found \(c.name.isEmpty ? "(no name)" : c.name) (\(c.address)\(rssi))")
         case .pairing(let a): (kind, address, text) = ("pairing", "\(a)", "pairing…")
         case .removingStaleBond(let a): (kind, address, text) = ("removing-stale-bond", "\(a)", "removing the old bond of \(a)…")

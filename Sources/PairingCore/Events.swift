@@ -25,7 +25,8 @@ public struct Candidate: Sendable, Hashable {
     /// tool). BlueZ sets `RSSI` only for what it hears while discovering and drops it when the
     /// discovery ends (doc/device-api.txt "inquiry or advertising"; 5.66 `discovery_cleanup`);
     /// the BlueZ client passes on only values that arrived during paird's own scan. Only a
-    /// candidate with one is advertising now.
+    /// candidate with one is advertising now. 127 is HCI's "not available": heard, strength
+    /// unknown (the bed's btvirt reports it for every advertisement).
     public var rssi: Int?
     public var serviceUUIDs: [String]
     /// BlueZ already holds a bond for it.

@@ -258,13 +258,17 @@ struct BlueZClientTests {
         try mock.updateProperties(pathA, "org.bluez.Device1", ["Alias": .string("Pulse-3")])
         try runUntil(mock.loop, "rssi, alias") { found().count == 3 }
         #expect(found() == [nil, -50, -50])
+        // 127 is HCI's "not available" (the bed's btvirt sends it for every advertisement): heard.
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["RSSI": .int16(127)])
+        try runUntil(mock.loop, "rssi 127") { found().count == 4 }
+        #expect(found().last == .some(127))
         // A new scan starts from nothing.
         client.stopDiscovery()
         done = .none
         client.startDiscovery(address: nil) { done = .some($0) }
         try runUntil(mock.loop, "discovery again") { done != nil }
         try mock.updateProperties(pathA, "org.bluez.Device1", ["Name": .string("Pulse-4")])
-        try runUntil(mock.loop, "name update") { found().count == 4 }
+        try runUntil(mock.loop, "name update") { found().count == 5 }
         #expect(found().last == .some(nil))
         // A device object that appears while we scan was made by an advertisement: its RSSI counts.
         let devB = "AA:BB:CC:DD:EE:0B"

@@ -164,6 +164,15 @@ struct TrustPairingTests {
         #expect(!h.log.contains { if case .removeDevice = $0 { true } else { false } })
     }
 
+    @Test("RSSI 127 (HCI's \"not available\", what the bed's btvirt reports) is an advertisement heard in this scan")
+    func rssiNotAvailableIsHeard() {
+        var h = ready()
+        h.send(.userPair(PairRequest(serviceUUIDs: [hr])))
+        let scan = h.machine.pairing!.countdowns[0], restart = h.machine.pairing!.countdowns[1]
+        let strap = Candidate(address: watch, name: "Pulse-1", rssi: 127, serviceUUIDs: [hr])
+        #expect(h.send(.candidateFound(strap)) == taken(strap, scan: scan, restart: restart, h))
+    }
+
     @Test("a bond made outside paird, heard in a scan by service: skipped (said once), never taken")
     func bondedElsewhereNotTakenByFilter() {
         var h = ready()
