@@ -104,20 +104,20 @@ extension PairingMachine {
     }
 
     /// The stale object of the wearable being paired again is gone (BlueZ answered `RemoveDevice`,
-    /// or the object vanished): discovery starts again, and the wearable's next advertisement
-    /// brings a fresh object. A removal BlueZ refused ends the session: pairing that object
-    /// would fail.
+    /// or the object vanished): discovery starts again after the scan restart's pause (BlueZ
+    /// refuses a StartDiscovery right after a StopDiscovery as busy), and the wearable's next
+    /// advertisement brings a fresh object. A removal BlueZ refused ends the session: pairing
+    /// that object would fail.
     mutating func staleBondRemoved(_ a: DeviceAddress, failure: BlueZFailure?, _ now: Moment, _ actions: inout [Action]) {
         guard var p = pairing, case .removingBond(a) = p.phase else { return }
         if let failure, failure != .deviceGone {
             endPairing(.failed("could not remove the old bond of \(a): \(failure.token)"), now, &actions)
             return
         }
-        let restart = countdown(.pairing, .scanRestart, now + PairingSession.ScanRestart.restartInterval)
-        p.phase = .scanning(.running(restart))
+        let pause = countdown(.pairing, .scanRestart, now + PairingSession.ScanRestart.restartPause)
+        p.phase = .scanning(.stopped(pause))
         pairing = p
-        actions.append(.arm(restart))
-        actions.append(.startDiscovery(p.request))
+        actions.append(.arm(pause))
     }
 
     mutating func pairAnswered(_ a: DeviceAddress, _ call: UInt64, failure: BlueZFailure?, _ now: Moment, _ actions: inout [Action]) {

@@ -44,7 +44,7 @@ struct TrustPairingTests {
 
     // MARK: Item 1: re-pairing waits for BlueZ
 
-    @Test("pairctl pair ADDRESS of a factory-reset wearable: its stale object is removed once heard, discovery stops meanwhile, the scan goes on only once BlueZ answered, and the fresh object is paired")
+    @Test("pairctl pair ADDRESS of a factory-reset wearable: its stale object is removed once heard, discovery stops meanwhile, the scan goes on only once BlueZ answered (after the restart pause), and the fresh object is paired")
     func repairWaitsForRemoval() {
         var h = factoryReset()
         let request = PairRequest(address: watch)
@@ -70,13 +70,19 @@ struct TrustPairingTests {
         #expect(h.send(.candidateFound(fresh)) == [])
         #expect(h.send(.candidateFound(heardStale)) == [])
 
-        // BlueZ answered RemoveDevice: the scan starts again (a fresh restart countdown).
+        // BlueZ answered RemoveDevice: the scan starts again after the restart pause (BlueZ
+        // refuses a StartDiscovery right after a StopDiscovery as busy).
         out = h.send(.removeDeviceAnswered(watch, nil))
-        let restart2 = h.machine.pairing!.countdowns[1]
-        #expect(out == [.arm(restart2), .startDiscovery(request)])
-        #expect(h.machine.pairing?.phase == .scanning(.running(restart2)))
+        let pause = h.machine.pairing!.countdowns[1]
+        #expect(out == [.arm(pause)])
+        #expect(pause.deadline == h.now + PairingSession.ScanRestart.restartPause)
+        #expect(h.machine.pairing?.phase == .scanning(.stopped(pause)))
         // The removal's InterfacesRemoved, held back by the client, changes nothing more.
         #expect(h.send(.deviceRemoved(watch)) == [])
+        out = h.fireNext()
+        let restart2 = h.machine.pairing!.countdowns[1]
+        #expect(out == [.arm(restart2), .restartDiscovery(request)])
+        #expect(h.machine.pairing?.phase == .scanning(.running(restart2)))
         // A late report of the old object, still bonded: never a candidate.
         #expect(h.send(.candidateFound(heardStale)) == [])
 
@@ -96,7 +102,8 @@ struct TrustPairingTests {
             h.send(.userPair(request))
             h.send(.candidateFound(Candidate(address: watch, name: "Watch", rssi: -40, bonded: true)))
             let out = h.send(end)
-            #expect(out == [.arm(h.machine.pairing!.countdowns[1]), .startDiscovery(request)], "\(end)")
+            #expect(out == [.arm(h.machine.pairing!.countdowns[1])], "\(end)")
+            #expect(h.machine.pairing?.countdowns[1].id.purpose == .scanRestart)
             #expect(h.send(.removeDeviceAnswered(watch, nil)) == [], "the other signal of the same removal: nothing more")
         }
 
