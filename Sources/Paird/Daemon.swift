@@ -256,7 +256,8 @@ public final class Daemon {
         case .stopDiscovery:
             bluez.stopDiscovery()
         case .restartDiscovery(let request):
-            log.info("nothing found yet: discovery restarted")
+            // A scan restart, or the scan going on after a stale bond's removal.
+            log.info("discovery started again (scan restart)")
             bluez.startDiscovery(address: request.address) { [unowned self] failure in
                 if let failure { log.debug("restarting discovery: \(failure.token); trying again at the next restart") }
             }
