@@ -161,6 +161,8 @@ public enum PairingOutcome: Sendable, Hashable {
 ///    ends at once)        ▼                 ▼ other error       ▼
 ///                    noDeviceFound   authenticationFailed   success
 ///                                    / failed                (timeout: timedOut)
+///   scanning ──a named needsRepair wearable's stale object heard──▶ removingBond
+///   removingBond ──RemoveDevice answered / object gone──▶ scanning (after the restart pause)
 ///   ─ any phase: countdown → timedOut / noDeviceFound; cancel → canceled;
 ///     adapter gone → adapterLost; unpair while settling → canceled
 /// ```
