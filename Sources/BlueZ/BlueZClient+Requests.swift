@@ -71,6 +71,7 @@ extension BlueZClient {
         ]
         if let address { filter["Pattern"] = .string(address.description) }
         let gen = generation
+        scanRSSI = [:]
         call(adapterPath, Iface.adapter, "SetDiscoveryFilter", [.vardict(filter)]) { [weak self] result in
             guard let self else { return }
             if let failure = Self.failure(result) { reply(failure); return }
@@ -86,6 +87,7 @@ extension BlueZClient {
     }
 
     public func stopDiscovery() {
+        scanRSSI = [:]
         guard discoveryActive else { return }
         discoveryActive = false
         guard let adapterPath else { return }

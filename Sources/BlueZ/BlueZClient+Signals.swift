@@ -35,9 +35,10 @@ extension BlueZClient {
         }
         guard ready, let address = address(ofDevicePath: path) ?? deviceAddressForChild(path) else { return }
         let isOurDevice = Self.parent(of: path) == adapterPath
-        if isOurDevice, added[Iface.device] != nil, let info = deviceInfo(path) {
+        if isOurDevice, added[Iface.device] != nil, var info = deviceInfo(path) {
             if !wasDevice {
                 pendingRemovals.removeAll { $0 == address }
+                info.rssi = heard(address, added[Iface.device]?["RSSI"])
                 emit(.deviceFound(info))
             } else if let before = bondedBefore, before != info.isBonded {
                 emit(.bondChanged(address, bonded: info.isBonded))
@@ -130,6 +131,7 @@ extension BlueZClient {
         if let u = notifyUUIDs.removeValue(forKey: old) { notifyUUIDs[new] = u }
         if liveLinks.remove(old) != nil { liveLinks.insert(new) }
         if provenLinks.remove(old) != nil { provenLinks.insert(new) }
+        if let r = scanRSSI.removeValue(forKey: old) { scanRSSI[new] = r }
         pendingRemovals = pendingRemovals.map { $0 == old ? new : $0 }
     }
 
@@ -174,8 +176,19 @@ extension BlueZClient {
         }
         if before.isBonded != after.isBonded { emit(.bondChanged(a, bonded: after.isBonded)) }
         if discoveryActive, ["RSSI", "ManufacturerData", "ServiceData", "UUIDs", "Name", "Alias"].contains(where: { changed[$0] != nil }) {
-            emit(.deviceFound(after))
+            var found = after
+            found.rssi = heard(a, changed["RSSI"])
+            emit(.deviceFound(found))
         }
+    }
+
+    /// Records an `RSSI` that arrived while our discovery runs; returns the device's RSSI from
+    /// this scan, nil when it was not heard in it. 127 (HCI's "not available") is kept: BlueZ
+    /// sent it because it heard an advertisement now (the bed's btvirt reports 127 for every
+    /// one, as a controller may that does not measure it).
+    func heard(_ a: DeviceAddress, _ rssi: DBusValue?) -> Int? {
+        if discoveryActive, let r = rssi?.int16 { scanRSSI[a] = Int(r) }
+        return scanRSSI[a]
     }
 
     func characteristicValue(_ path: String, _ value: DBusValue) {

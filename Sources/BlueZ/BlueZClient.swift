@@ -129,6 +129,13 @@ public final class BlueZClient {
     var retryTimer: TimerHandle?
 
     var discoveryActive = false
+    /// The RSSI of each device heard advertising since our discovery last started: BlueZ sends
+    /// `RSSI` (InterfacesAdded of a new object, or PropertiesChanged of a known one) for what it
+    /// hears while discovering, and invalidates it when the discovery ends (5.66
+    /// `discovery_cleanup`); a value still in the cache may be from an earlier scan or another
+    /// client's. `.deviceFound` carries only these (`DeviceInfo.rssi` nil otherwise), so a pairing
+    /// scan's candidates are what is advertising now.
+    var scanRSSI: [DeviceAddress: Int] = [:]
     /// Characteristic UUIDs (128-bit) whose `Value` changes are reported, per device.
     var notifyUUIDs: [DeviceAddress: Set<String>] = [:]
     /// Devices whose link was set up (`setUpLink`) and has not gone down since. A configured

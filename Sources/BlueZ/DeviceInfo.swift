@@ -33,7 +33,8 @@ public struct DeviceInfo: Sendable, Hashable {
     public var servicesResolved: Bool
     /// Advertised/resolved service UUIDs, 128-bit lower case.
     public var uuids: [String]
-    /// Only while discovering (BlueZ drops RSSI when discovery ends).
+    /// From the cache: BlueZ's last value while discovering (it drops RSSI when discovery ends).
+    /// In `.deviceFound`, only a value heard during paird's own scan (`BlueZClient.scanRSSI`).
     public var rssi: Int?
     /// `Battery1.Percentage`, else the last Battery Level (0x2A19) value read or notified.
     public var battery: UInt8?
@@ -63,9 +64,11 @@ public struct DeviceInfo: Sendable, Hashable {
         BlueZDeviceView(exists: true, bonded: isBonded, connected: connected, servicesResolved: servicesResolved)
     }
 
-    /// The pairing candidate this device makes (RSSI 127 is HCI's "not available").
+    /// The pairing candidate this device makes. Without an RSSI (not heard in this scan) it is a
+    /// device BlueZ merely remembers: the machine takes one only as a bond made elsewhere whose
+    /// address the user named. 127 (HCI's "not available") is an advertisement heard all the same.
     public var candidate: Candidate {
-        Candidate(address: address, addressType: addressType, name: name, rssi: rssi == 127 ? nil : rssi,
+        Candidate(address: address, addressType: addressType, name: name, rssi: rssi,
                   serviceUUIDs: uuids, bonded: paired)
     }
 }

@@ -17,6 +17,11 @@ struct Pair: ParsableCommand {
         discussion: """
         Without filters the first connectable LE device seen is paired: give --service, --name or an address.
 
+        Only a wearable heard advertising during this scan is paired: a device BlueZ merely
+        remembers is not. One already bonded in BlueZ by another tool is taken over only when you
+        give its address (pairctl says so). A wearable that needs pairing again (a factory reset)
+        gets its old bond removed only when you name it, by address or --name, and it is heard.
+
         A wearable that shows a passkey or a number to compare is asked about on the terminal:
           Enter the 6-digit passkey shown on Watch-1:
           Does Watch-1 show 123456? [y/N]

@@ -238,19 +238,26 @@ public final class Daemon {
             bluez.removeDevice(a) { [unowned self] failure in
                 if let failure, failure != .deviceGone { log.warning("RemoveDevice \(a) failed: \(failure.token)") }
                 api?.unpairFinished(a)
+                feed(.removeDeviceAnswered(a, failure))
             }
         case .startDiscovery(let request):
             bluez.startDiscovery(address: request.address) { [unowned self] failure in
                 if let failure { feed(.discoveryFailed(failure)) }
             }
-            // Devices BlueZ already lists (seen before this scan) are candidates too.
-            for info in bluez.devices {
-                handle(.deviceFound(info))
+            // Only what advertises during this scan is a candidate (the BlueZ client passes on
+            // RSSI heard in it alone). One device BlueZ merely remembers is offered too: the one
+            // the user named by address, which the machine takes only if BlueZ holds a bond for
+            // it that paird does not manage (made with another tool: taken over, `adoptingBond`;
+            // a connected wearable does not advertise).
+            if let a = request.address, var info = bluez.device(a) {
+                info.rssi = nil
+                feed(.candidateFound(info.candidate))
             }
         case .stopDiscovery:
             bluez.stopDiscovery()
         case .restartDiscovery(let request):
-            log.info("nothing found yet: discovery restarted")
+            // A scan restart, or the scan going on after a stale bond's removal.
+            log.info("discovery started again (scan restart)")
             bluez.startDiscovery(address: request.address) { [unowned self] failure in
                 if let failure { log.debug("restarting discovery: \(failure.token); trying again at the next restart") }
             }

@@ -193,10 +193,19 @@ final class ManagerAPI {
         switch p {
         case .scanning: (kind, address, text) = ("scanning", "", "scanning…")
         case .found(let c):
-            let rssi = c.rssi.map { ", \($0) dBm" } ?? ""
+            let rssi = c.rssi.flatMap { $0 == 127 ? nil : ", \($0) dBm" } ?? "" // 127: not available
             (kind, address, text) = ("found", "\(c.address)", "found \(c.name.isEmpty ? "(no name)" : c.name) (\(c.address)\(rssi))")
         case .pairing(let a): (kind, address, text) = ("pairing", "\(a)", "pairing…")
         case .removingStaleBond(let a): (kind, address, text) = ("removing-stale-bond", "\(a)", "removing the old bond of \(a)…")
+        case .adoptingBond(let a, let name):
+            (kind, address, text) = ("adopting-bond", "\(a)", "\(name.isEmpty ? "\(a)" : "\(name) (\(a))") is already bonded in BlueZ (paired outside paird): taking that bond over…")
+        case .skipped(let a, let name, let why):
+            let who = name.isEmpty ? "\(a)" : "\(name) (\(a))"
+            let line = switch why {
+            case .needsRepairNotNamed: "skipping \(who): it needs pairing again; its old bond is removed only when you name it: pairctl pair \(a)"
+            case .bondedElsewhere: "skipping \(who): already bonded in BlueZ outside paird; to take that bond over: pairctl pair \(a)"
+            }
+            (kind, address, text) = ("skipped-\(why.rawValue)", "\(a)", line)
         case .rescanning(let a, let reason):
             (kind, address, text) = ("rescanning", "\(a)", "could not reach \(a) (\(reason)); its private address may have changed: scanning again…")
         case .paired(let a): (kind, address, text) = ("paired", "\(a)", "paired, connecting…")

@@ -20,7 +20,7 @@ extension StatusDocument {
             switch p.phase {
             case .scanning: device = nil
             case .pairing(let c, _, _): device = c.address.description
-            case .settling(let a): device = a.description
+            case .removingBond(let a), .settling(let a): device = a.description
             }
             return Pairing(phase: p.phase.name, deadline: wall(p.countdown.deadline), device: device)
         }

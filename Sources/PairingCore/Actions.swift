@@ -15,7 +15,8 @@ public enum Action: Sendable, Hashable {
     /// Read Battery Level (0x2A19), else `characteristic` itself if it is readable, with this
     /// D-Bus timeout; answer with `Event.probeFinished(call:)`.
     case probe(DeviceAddress, call: UInt64, characteristic: String, timeout: Duration)
-    /// `Adapter1.RemoveDevice()`: forget the device and its keys in BlueZ.
+    /// `Adapter1.RemoveDevice()`: forget the device and its keys in BlueZ; answer with
+    /// `Event.removeDeviceAnswered`.
     case removeDevice(DeviceAddress)
     /// `SetDiscoveryFilter` (UUIDs, LE, address pattern) then `StartDiscovery`.
     case startDiscovery(PairRequest)
@@ -92,7 +93,17 @@ public enum PairingProgress: Sendable, Hashable {
     case scanning
     case found(Candidate)
     case pairing(DeviceAddress)
+    /// A wearable paird must pair again, named by the user and heard advertising in this scan:
+    /// its old BlueZ object (still holding the dead bond) is removed, and the scan goes on once
+    /// BlueZ is done (`PairingSession.Phase.removingBond`).
     case removingStaleBond(DeviceAddress)
+    /// The named address is bonded in BlueZ already (paired with another tool): paird takes that
+    /// bond over instead of pairing anew (`Pair()` answers AlreadyExists).
+    case adoptingBond(DeviceAddress, name: String)
+    /// Heard advertising, matches the request, but not taken, once per scan: a wearable that
+    /// needs pairing again (its bond is removed only when the user names it) or a bond made
+    /// outside paird (taken over only by its address).
+    case skipped(DeviceAddress, name: String, why: SkipReason)
     /// `Pair()` could not reach a private address (it may have rotated since it was found):
     /// scanning again for the wearable's new address (`PairingSession.unreachable`).
     case rescanning(DeviceAddress, reason: String)
@@ -107,6 +118,14 @@ public enum PairingProgress: Sendable, Hashable {
     /// BlueZ withdrew its question (`Agent1.Cancel`).
     case questionCanceled(DeviceAddress)
     case paired(DeviceAddress)
+}
+
+/// Why a matching wearable heard in a scan was not taken (`PairingProgress.skipped`).
+public enum SkipReason: String, Sendable, Hashable {
+    /// paird manages it and it needs pairing again: its old bond goes only when the user names it.
+    case needsRepairNotNamed = "needs-repair"
+    /// BlueZ holds a bond for it that paird does not manage: taken over only by its address.
+    case bondedElsewhere = "bonded-elsewhere"
 }
 
 /// How a pairing session ended.
@@ -142,6 +161,8 @@ public enum PairingOutcome: Sendable, Hashable {
 ///    ends at once)        ▼                 ▼ other error       ▼
 ///                    noDeviceFound   authenticationFailed   success
 ///                                    / failed                (timeout: timedOut)
+///   scanning ──a named needsRepair wearable's stale object heard──▶ removingBond
+///   removingBond ──RemoveDevice answered / object gone──▶ scanning (after the restart pause)
 ///   ─ any phase: countdown → timedOut / noDeviceFound; cancel → canceled;
 ///     adapter gone → adapterLost; unpair while settling → canceled
 /// ```
@@ -150,6 +171,10 @@ public enum PairingOutcome: Sendable, Hashable {
 public struct PairingSession: Sendable, Hashable {
     public enum Phase: Sendable, Hashable {
         case scanning(ScanRestart)
+        /// Discovery stopped; `RemoveDevice` of the named wearable's stale object in flight. The
+        /// scan goes on once BlueZ answered or the object is gone (`Event.removeDeviceAnswered`,
+        /// `Event.deviceRemoved`): an object being removed is never paired.
+        case removingBond(DeviceAddress)
         /// `Pair()` in flight; `question`: the one put to the user and not yet answered.
         case pairing(Candidate, call: UInt64, question: PendingQuestion?)
         /// Paired; waiting for the device to reach `connected`.
@@ -158,6 +183,7 @@ public struct PairingSession: Sendable, Hashable {
         public var name: String {
             switch self {
             case .scanning: "scanning"
+            case .removingBond: "removing-old-bond"
             case .pairing: "pairing"
             case .settling: "connecting"
             }
@@ -192,8 +218,10 @@ public struct PairingSession: Sendable, Hashable {
         if case .scanning(let restart) = phase { [countdown, restart.countdown] } else { [countdown] }
     }
 
-    /// needsRepair devices whose stale BlueZ object we removed during this scan.
+    /// needsRepair devices whose stale BlueZ object we removed during this session.
     public var removedForRepair: Set<DeviceAddress> = []
+    /// Matching wearables heard but not taken (`PairingProgress.skipped`): said once each.
+    public var skipped: Set<DeviceAddress> = []
     /// The private addresses whose `Pair()` could not reach the wearable, each followed by a scan
     /// started again: the wearable may have rotated it between the advertisement and the
     /// connection (seen once in `paird_several`: the kernel waits for the old address, and

@@ -20,6 +20,13 @@ public struct Candidate: Sendable, Hashable {
     public var address: DeviceAddress
     public var addressType: AddressType
     public var name: String
+    /// The signal strength BlueZ reported for an advertisement heard **during this scan**; nil for
+    /// a device BlueZ merely remembers (an object from before the scan, a bond made with another
+    /// tool). BlueZ sets `RSSI` only for what it hears while discovering and drops it when the
+    /// discovery ends (doc/device-api.txt "inquiry or advertising"; 5.66 `discovery_cleanup`);
+    /// the BlueZ client passes on only values that arrived during paird's own scan. Only a
+    /// candidate with one is advertising now. 127 is HCI's "not available": heard, strength
+    /// unknown (the bed's btvirt reports it for every advertisement).
     public var rssi: Int?
     public var serviceUUIDs: [String]
     /// BlueZ already holds a bond for it.
@@ -129,6 +136,9 @@ public enum Event: Sendable, Hashable {
     case characteristicAppeared(DeviceAddress, String)
     case pairSucceeded(DeviceAddress, call: UInt64)
     case pairFailed(DeviceAddress, call: UInt64, BlueZFailure)
+    /// BlueZ answered `Action.removeDevice` (nil: removed). `deviceGone`: there was no such
+    /// object (already removed).
+    case removeDeviceAnswered(DeviceAddress, BlueZFailure?)
     case candidateFound(Candidate)
     case discoveryFailed(BlueZFailure)
     /// BlueZ called our `Agent1` about this device; `request` names the pending call for

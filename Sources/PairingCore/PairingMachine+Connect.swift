@@ -119,6 +119,7 @@ extension PairingMachine {
             guard p.countdown.id == id else { return } // stale: ignored
             switch p.phase {
             case .scanning: endPairing(p.rescanAfter.map { .failed($0.token) } ?? .noDeviceFound, now, &actions)
+            case .removingBond: endPairing(.timedOut(phase: "removing the old bond"), now, &actions)
             case .pairing: endPairing(.timedOut(phase: "pairing"), now, &actions)
             case .settling: endPairing(.timedOut(phase: "connecting"), now, &actions)
             }

@@ -15,7 +15,7 @@ extension PairingMachine {
                 p.phase = .pairing(c, call: call, question: q)
             case .settling(old):
                 p.phase = .settling(new)
-            case .scanning, .pairing, .settling:
+            case .scanning, .removingBond, .pairing, .settling:
                 break
             }
             if p.request.address == old { p.request.address = new }

@@ -107,7 +107,7 @@ extension PairingMachine {
         case .adapterReady, .adapterLost, .autoConnectArmed, .bluetoothdLeft, .bluetoothdUnit, .bluetoothdStartFailed, .bluetoothdBack, .linkUp, .servicesResolved, .servicesLost, .linkProven,
              .linkDown, .bondLost, .deviceRemoved, .bondedDeviceAppeared, .connectSucceeded, .connectFailed, .setUpLinkFinished,
              .characteristicsMissing, .characteristicAppeared,
-             .pairSucceeded, .pairFailed, .candidateFound, .discoveryFailed, .countdownFired, .agentAsked, .agentCanceled, .addressChanged,
+             .pairSucceeded, .pairFailed, .removeDeviceAnswered, .candidateFound, .discoveryFailed, .countdownFired, .agentAsked, .agentCanceled, .addressChanged,
              .dataReceived, .subscriptionEnded, .probeFinished:
             return nil
         }

@@ -26,9 +26,20 @@ extension PairingMachine {
             move(i, to: .connected(fresh, health: .quiet), now, &actions)
         case .disconnected:
             actions.append(.disconnect(a)) // the user wants it down: something else brought it up
-        case .restoring, .needsRepair, .adapterUnavailable:
+        case .needsRepair:
+            dropRepairLink(a, &actions)
+        case .restoring, .adapterUnavailable:
             break
         }
+    }
+
+    /// A link up to a wearable that needs pairing again is dropped, whenever it comes up, unless
+    /// it is the pairing's own `Pair()` to it: entering `needsRepair` turns the auto-connect off
+    /// (`move`), but the kernel's pending connection can still win that race (seen 50 ms after,
+    /// issue 30), and while the link lasts the wearable does not advertise, so no scan finds it.
+    mutating func dropRepairLink(_ a: DeviceAddress, _ actions: inout [Action]) {
+        if case .pairing(let c, _, _)? = pairing?.phase, c.address == a { return }
+        actions.append(.disconnect(a))
     }
 
     mutating func servicesResolved(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
@@ -57,7 +68,9 @@ extension PairingMachine {
             updateLink(i) { $0.resolved = true; $0.adoptedUnresolved = false; $0.setupVerdict = nil }
         case .disconnected:
             actions.append(.disconnect(a))
-        case .restoring, .needsRepair, .adapterUnavailable:
+        case .needsRepair:
+            dropRepairLink(a, &actions) // BlueZ may say ServicesResolved without Connected=true
+        case .restoring, .adapterUnavailable:
             break
         }
     }

@@ -14,14 +14,10 @@ extension PairingMachine {
             actions.append(.pairingEnded(.adapterUnavailable))
             return
         }
-        var removed = Set<DeviceAddress>()
         if let a = request.address, let i = slot[a] {
-            let d = slots[i]
-            switch d.state {
+            switch slots[i].state {
             case .needsRepair:
-                actions.append(.pairingProgress(.removingStaleBond(a)))
-                actions.append(.removeDevice(a))
-                removed.insert(a)
+                break // its old bond goes once it is heard advertising in this scan (`candidateFound`)
             case .restoring, .connecting, .discovering, .connected, .waitingForDevice, .disconnected, .adapterUnavailable:
                 actions.append(.pairingEnded(.alreadyPaired(a)))
                 return
@@ -29,31 +25,62 @@ extension PairingMachine {
         }
         let c = countdown(.pairing, .scan, now + (request.scanTimeout ?? config.scanTimeout))
         let restart = countdown(.pairing, .scanRestart, now + PairingSession.ScanRestart.restartInterval)
-        pairing = PairingSession(request: request, phase: .scanning(.running(restart)), countdown: c, removedForRepair: removed)
+        pairing = PairingSession(request: request, phase: .scanning(.running(restart)), countdown: c)
         actions.append(.arm(c))
         actions.append(.arm(restart))
         actions.append(.startDiscovery(request))
         actions.append(.pairingProgress(.scanning))
     }
 
+    /// A device BlueZ reported while the scan runs. What may be taken (issue 30):
+    /// - only what is advertising during this scan (`Candidate.rssi`, from this scan): a device
+    ///   BlueZ merely remembers is no candidate for a service filter, a name or `--any`;
+    /// - a bond made outside paird (BlueZ holds it, paird does not manage the wearable) only when
+    ///   the user named its address: it is taken over, heard or not (a connected wearable does not
+    ///   advertise);
+    /// - a wearable that needs pairing again never by its old object (it still holds the dead
+    ///   bond: `Pair()` would go to an object being removed). Named by address or name and heard
+    ///   in this scan, that object is removed, and the scan goes on once BlueZ is done
+    ///   (`removingBond`); its next advertisement brings a fresh object, which is paired. Not
+    ///   named, its bond is left alone.
     mutating func candidateFound(_ c: Candidate, _ now: Moment, _ actions: inout [Action]) {
         guard var p = pairing, case .scanning(let restart) = p.phase, p.request.matches(c), !p.unreachable.contains(c.address) else { return }
-        if let i = slot[c.address] {
-            let d = slots[i]
-            switch d.state {
+        let a = c.address
+        let heard = c.rssi != nil
+        let byAddress = p.request.address == a
+        let named = byAddress || !(p.request.nameContains ?? "").isEmpty
+        if let i = slot[a] {
+            switch slots[i].state {
             case .needsRepair:
-                if !p.removedForRepair.contains(c.address) {
-                    // BlueZ still holds the dead bond; Pair() would answer AlreadyExists. Forget it
-                    // and let the next advertisement bring a fresh device object.
-                    p.removedForRepair.insert(c.address)
+                if c.bonded {
+                    guard heard else { return }
+                    guard named else {
+                        skip(&p, c, .needsRepairNotNamed, &actions)
+                        return
+                    }
+                    // Once per session: an object that keeps its bond after a removal is BlueZ's
+                    // doing, and is never paired either.
+                    guard p.removedForRepair.insert(a).inserted else { return }
+                    p.phase = .removingBond(a)
                     pairing = p
-                    actions.append(.pairingProgress(.removingStaleBond(c.address)))
-                    actions.append(.removeDevice(c.address))
+                    actions.append(.cancel(restart.countdown.id))
+                    actions.append(.stopDiscovery)
+                    actions.append(.pairingProgress(.removingStaleBond(a)))
+                    actions.append(.removeDevice(a))
                     return
                 }
+                guard heard else { return } // a fresh object, advertising now: paired below
             case .restoring, .connecting, .discovering, .connected, .waitingForDevice, .disconnected, .adapterUnavailable:
                 return // already managed
             }
+        } else if c.bonded {
+            guard byAddress else {
+                if heard { skip(&p, c, .bondedElsewhere, &actions) }
+                return
+            }
+            actions.append(.pairingProgress(.adoptingBond(a, name: c.name)))
+        } else {
+            guard heard else { return }
         }
         let call = nextGeneration()
         let cd = countdown(.pairing, .pair, now + config.pairTimeout)
@@ -65,8 +92,32 @@ extension PairingMachine {
         pairing = p
         actions.append(.stopDiscovery)
         actions.append(.pairingProgress(.found(c)))
-        actions.append(.pairingProgress(.pairing(c.address)))
-        actions.append(.pair(c.address, call: call, timeout: config.pairTimeout))
+        actions.append(.pairingProgress(.pairing(a)))
+        actions.append(.pair(a, call: call, timeout: config.pairTimeout))
+    }
+
+    /// Says once per session why a matching wearable heard in the scan is not taken.
+    mutating func skip(_ p: inout PairingSession, _ c: Candidate, _ why: SkipReason, _ actions: inout [Action]) {
+        guard p.skipped.insert(c.address).inserted else { return }
+        pairing = p
+        actions.append(.pairingProgress(.skipped(c.address, name: c.name, why: why)))
+    }
+
+    /// The stale object of the wearable being paired again is gone (BlueZ answered `RemoveDevice`,
+    /// or the object vanished): discovery starts again after the scan restart's pause (BlueZ
+    /// refuses a StartDiscovery right after a StopDiscovery as busy), and the wearable's next
+    /// advertisement brings a fresh object. A removal BlueZ refused ends the session: pairing
+    /// that object would fail.
+    mutating func staleBondRemoved(_ a: DeviceAddress, failure: BlueZFailure?, _ now: Moment, _ actions: inout [Action]) {
+        guard var p = pairing, case .removingBond(a) = p.phase else { return }
+        if let failure, failure != .deviceGone {
+            endPairing(.failed("could not remove the old bond of \(a): \(failure.token)"), now, &actions)
+            return
+        }
+        let pause = countdown(.pairing, .scanRestart, now + PairingSession.ScanRestart.restartPause)
+        p.phase = .scanning(.stopped(pause))
+        pairing = p
+        actions.append(.arm(pause))
     }
 
     mutating func pairAnswered(_ a: DeviceAddress, _ call: UInt64, failure: BlueZFailure?, _ now: Moment, _ actions: inout [Action]) {
@@ -221,7 +272,7 @@ extension PairingMachine {
                 abandonedPairs[c.address] = call
                 if outcome == .adapterLost { leftoverPairs[c.address] = now }
             }
-        case .settling: break
+        case .removingBond, .settling: break
         }
         if !outcome.succeeded {
             actions.append(.report(Report(kind: .pairingFailed, device: nil, to: p.phase.name, reason: "\(outcome)")))

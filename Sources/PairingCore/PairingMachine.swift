@@ -107,7 +107,10 @@ public struct PairingMachine: Sendable {
         case .probeFinished(let a, let call, let result): probeFinished(a, call, result, now, &actions)
         case .linkDown(let a, let evidence): linkDown(a, evidence, now, &actions)
         case .bondLost(let a): lostBond(a, reason: .bondRemoved, now, &actions)
-        case .deviceRemoved(let a): lostBond(a, reason: .deviceRemoved, now, &actions)
+        case .deviceRemoved(let a):
+            lostBond(a, reason: .deviceRemoved, now, &actions)
+            staleBondRemoved(a, failure: nil, now, &actions)
+        case .removeDeviceAnswered(let a, let failure): staleBondRemoved(a, failure: failure, now, &actions)
         case .bondedDeviceAppeared(let a): bondedDeviceAppeared(a, now, &actions)
         case .connectSucceeded(let a, let call): connectSucceeded(a, call, now, &actions)
         case .connectFailed(let a, let call, let f): connectFailed(a, call, f, now, &actions)

@@ -238,6 +238,51 @@ struct BlueZClientTests {
         try eventually(mock.loop, "StopDiscovery") { try mock.calls("/org/bluez/hci0", "StopDiscovery").count == 1 }
     }
 
+    @Test("deviceFound carries only an RSSI heard during our own scan: a value BlueZ kept from before is none")
+    func rssiOnlyFromThisScan() throws {
+        let mock = try MockBlueZ()
+        try mock.addAdapter()
+        try mock.addDevice("hci0", devA) // known before the scan, with the template's RSSI -79
+        let (client, rec, _) = try mock.startClient()
+        #expect(client.device(addrA)?.rssi == -79, "the cache keeps what BlueZ says")
+        func found() -> [Int?] { rec.events.compactMap { if case .deviceFound(let d) = $0, d.address == addrA { d.rssi } else { nil } } }
+        var done: BlueZFailure?? = .none
+        client.startDiscovery(address: nil) { done = .some($0) }
+        try runUntil(mock.loop, "discovery") { done != nil }
+        // New advertising data of a device not heard in this scan: found, without an RSSI.
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["Name": .string("Pulse-2")])
+        try runUntil(mock.loop, "name update") { found().count == 1 }
+        #expect(found() == [nil])
+        // Heard: RSSI from this scan, kept for its later updates.
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["RSSI": .int16(-50)])
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["Alias": .string("Pulse-3")])
+        try runUntil(mock.loop, "rssi, alias") { found().count == 3 }
+        #expect(found() == [nil, -50, -50])
+        // 127 is HCI's "not available" (the bed's btvirt sends it for every advertisement): heard.
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["RSSI": .int16(127)])
+        try runUntil(mock.loop, "rssi 127") { found().count == 4 }
+        #expect(found().last == .some(127))
+        // A new scan starts from nothing.
+        client.stopDiscovery()
+        done = .none
+        client.startDiscovery(address: nil) { done = .some($0) }
+        try runUntil(mock.loop, "discovery again") { done != nil }
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["Name": .string("Pulse-4")])
+        try runUntil(mock.loop, "name update") { found().count == 5 }
+        #expect(found().last == .some(nil))
+        // A device object that appears while we scan was made by an advertisement: its RSSI counts.
+        let devB = "AA:BB:CC:DD:EE:0B"
+        try mock.addDevice("hci0", devB)
+        try runUntil(mock.loop, "new object") { rec.events.contains { if case .deviceFound(let d) = $0 { d.address.description == devB } else { false } } }
+        #expect(rec.events.contains { if case .deviceFound(let d) = $0 { d.address.description == devB && d.rssi == -79 } else { false } })
+        // One that appears outside a scan (paired with another tool, bluetoothd loading its store): none.
+        client.stopDiscovery()
+        let devC = "AA:BB:CC:DD:EE:0C"
+        try mock.addDevice("hci0", devC)
+        try runUntil(mock.loop, "object outside a scan") { rec.events.contains { if case .deviceFound(let d) = $0 { d.address.description == devC } else { false } } }
+        #expect(rec.events.contains { if case .deviceFound(let d) = $0 { d.address.description == devC && d.rssi == nil } else { false } })
+    }
+
     @Test func requestsAndErrorMapping() throws {
         let mock = try MockBlueZ()
         try mock.addAdapter()

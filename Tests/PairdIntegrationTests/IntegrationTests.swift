@@ -12,7 +12,9 @@ struct IntegrationTests {
     /// them for classic profiles), sent with ServicesResolved in one signal as bluetoothd may.
     func pairWatch(_ host: MockedHost, added: Bool = false, gattServices: [String]? = nil) throws -> MockedHost.Ran {
         if !added { try host.addDevice(watch) }
+        let scans = host.adapterCalls("StartDiscovery")
         let pairing = host.start(MockedHost.pairctlBin, ["pair", watch, "--timeout", "5"])
+        try host.advertise(watch, afterDiscoveries: scans)
         try waitFor("paird to call Connect after pairing", deadline: 20) { host.calls("Connect") >= 1 }
         let uuids = gattServices.map { ", 'UUIDs': dbus.Array([\($0.map { "'\($0)'" }.joined(separator: ", "))], signature='s')" } ?? ""
         try host.setDevice(watch, "'ServicesResolved': True\(uuids)")
@@ -252,6 +254,31 @@ struct IntegrationTests {
         #expect(try host.status().pairing == nil)
     }
 
+    @Test("a scan takes only what advertises in it: a bond made outside paird is left alone by --service and taken over by its address, which pairctl says")
+    func onlyWhatAdvertises() throws {
+        let host = try MockedHost()
+        try host.startPaird()
+        try host.addDevice(watch)
+        // Paired with another tool (the mock's PairDevice), offering heart rate, not advertising.
+        try host.must(host.python("b.get_object('org.bluez', '/').PairDevice('hci0', '\(watch)', 0, dbus_interface='org.bluez.Mock')"), "PairDevice")
+        try host.setDevice(watch, "'UUIDs': dbus.Array(['\(ServiceUUID.heartRate)'], signature='s')")
+        let scan = host.pairctl("pair", "--service", "180d", "--timeout", "2")
+        #expect(scan.status == 5, "nothing advertising: no device found (\(scan.err))")
+        #expect(host.calls("Pair") == 0, "the remembered bond is not taken")
+        #expect(host.adapterCalls("RemoveDevice") == 0, "nor removed")
+        #expect(try host.status().devices.isEmpty)
+
+        // By address: taken over (Pair answers AlreadyExists), without hearing it.
+        let pairing = host.start(MockedHost.pairctlBin, ["pair", watch, "--timeout", "5"])
+        try waitFor("paird to call Connect after adopting", deadline: 20) { host.calls("Connect") >= 1 }
+        try host.setDevice(watch, "'ServicesResolved': True")
+        let r = pairing.finish()
+        #expect(r.status == 0, "\(r.err)")
+        #expect(r.out.contains("is already bonded in BlueZ (paired outside paird): taking that bond over"), "\(r.out)")
+        #expect(host.adapterCalls("RemoveDevice") == 0)
+        #expect(host.state() == "connected")
+    }
+
     @Test("authentication failure while pairing: exit 6, one line, nothing kept")
     func authenticationFailed() throws {
         let host = try MockedHost()
@@ -264,7 +291,10 @@ struct IntegrationTests {
                 'raise dbus.exceptions.DBusException("Authentication Failed", name="org.bluez.Error.AuthenticationFailed")',
                 dbus_interface='org.freedesktop.DBus.Mock')
             """), "override Pair")
-        let r = host.pairctl("pair", watch, "--timeout", "5")
+        let scans = host.adapterCalls("StartDiscovery")
+        let pairing = host.start(MockedHost.pairctlBin, ["pair", watch, "--timeout", "5"])
+        try host.advertise(watch, afterDiscoveries: scans)
+        let r = pairing.finish()
         #expect(r.status == 6, "\(r.err)")
         #expect(r.err.hasPrefix("pairctl: ") && r.err.lowercased().contains("authentication"), "\(r.err)")
         #expect(r.err.split(separator: "\n").count == 1, "\(r.err)")

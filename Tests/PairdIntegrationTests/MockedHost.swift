@@ -7,7 +7,8 @@ import TestSupport
 // template as BlueZ, and the REAL paird and pairctl binaries (built next to this test bundle).
 //
 // What this double does NOT reproduce of real BlueZ 5.66 (bluez-notes §8): no radio, no
-// discovery creating devices (devices are added by the test and are then "seen" by a scan), no
+// discovery creating devices or reporting RSSI (devices are added by the test; one is "heard" by
+// paird's scan only when the test says it advertises: `advertise`, an RSSI during the scan), no
 // GATT objects unless a test adds them (paird then subscribes to nothing and reads no battery),
 // ServicesResolved only when the test sets it, Device1.Connect emits Connected=true but a later
 // Get("Connected") stays false, no auto-connect, no Agent calls, AddressType always "public", and
@@ -123,6 +124,21 @@ final class MockedHost {
     /// Sets Device1 properties on the mock, which emits PropertiesChanged as bluetoothd would.
     func setDevice(_ address: String = MockedHost.watch, _ props: String) throws {
         try must(python("b.get_object('org.bluez', '\(devicePath(address))').UpdateProperties('org.bluez.Device1', {\(props)}, dbus_interface='org.freedesktop.DBus.Mock')"), "UpdateProperties")
+    }
+
+    /// How many times paird called a method of the adapter (hci0).
+    func adapterCalls(_ method: String) -> Int {
+        let r = python("print(len(b.get_object('org.bluez', '/org/bluez/hci0').GetMethodCalls('\(method)', dbus_interface='org.freedesktop.DBus.Mock')))")
+        return Int(r.out.trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1
+    }
+
+    /// The wearable advertising during paird's scan, as bluetoothd shows it: an `RSSI` while
+    /// discovering, once paird's StartDiscovery number `discoveries + 1` reached the mock (count
+    /// them with `adapterCalls("StartDiscovery")` before starting pairctl). paird takes only
+    /// what it hears during its own scan; a device the mock merely lists is not advertising.
+    func advertise(_ address: String = MockedHost.watch, afterDiscoveries discoveries: Int) throws {
+        try waitFor("paird's scan", deadline: 20) { adapterCalls("StartDiscovery") > discoveries }
+        try setDevice(address, "'RSSI': dbus.Int16(-55)")
     }
 
     /// How many times a method was called on the mock device.

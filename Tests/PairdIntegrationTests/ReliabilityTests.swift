@@ -15,6 +15,7 @@ struct ReliabilityTests {
         try host.addDevice(watch)
         try host.startPaird()
         let pairing = host.start(MockedHost.pairctlBin, ["pair", watch, "--timeout", "5"])
+        try host.advertise(watch, afterDiscoveries: 0)
         try waitFor("Connect after pairing", deadline: 20) { host.calls("Connect") >= 1 }
         try host.setDevice(watch, "'ServicesResolved': True")
         #expect(pairing.finish().status == 0)

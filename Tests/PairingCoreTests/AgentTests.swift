@@ -13,7 +13,7 @@ struct AgentTests {
         var h = Harness()
         h.send(.adapterReady([:]))
         h.send(.userPair(PairRequest(serviceUUIDs: [hr], answers: answers)))
-        h.send(.candidateFound(Candidate(address: watch, name: "Watch", serviceUUIDs: [hr])))
+        h.send(.candidateFound(Candidate(address: watch, name: "Watch", rssi: -60, serviceUUIDs: [hr])))
         return h
     }
 

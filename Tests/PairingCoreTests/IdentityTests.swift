@@ -13,7 +13,7 @@ struct IdentityTests {
         var h = Harness()
         h.send(.adapterReady([:]))
         h.send(.userPair(PairRequest(serviceUUIDs: [hr], answers: PairingAnswers(confirm: true))))
-        h.send(.candidateFound(Candidate(address: rpa, addressType: .random, name: "Watch-1", serviceUUIDs: [hr])))
+        h.send(.candidateFound(Candidate(address: rpa, addressType: .random, name: "Watch-1", rssi: -60, serviceUUIDs: [hr])))
         #expect(h.send(.agentAsked(rpa, request: 1, .confirmPasskey(7))).first == .answerAgent(request: 1, .accept))
         h.send(.addressChanged(rpa, to: identity, .random))
         let out = h.send(.pairSucceeded(identity, call: h.lastPairCall!))

@@ -50,7 +50,7 @@ struct PairingScenarioTests {
         var h = readyHarness()
         h.send(.userPair(PairRequest(serviceUUIDs: [hr], scanTimeout: .seconds(3))))
         // A device advertising something else does not match.
-        h.send(.candidateFound(Candidate(address: Harness.ring, name: "Ring", serviceUUIDs: [ServiceUUID.battery])))
+        h.send(.candidateFound(Candidate(address: Harness.ring, name: "Ring", rssi: -60, serviceUUIDs: [ServiceUUID.battery])))
         #expect(h.machine.pairing?.phase.name == "scanning")
         let out = h.fireNext()
         #expect(h.now == .at(3))
@@ -72,7 +72,7 @@ struct PairingScenarioTests {
         #expect(out == [.arm(h.machine.pairing!.countdowns[1]), .restartDiscovery(request)])
         #expect(h.machine.pairing?.countdowns[1].deadline == .at(8) + .milliseconds(300))
         // A candidate found now ends the restarts with the scan: nothing of them is left armed.
-        let candidate = Candidate(address: watch, name: "Watch", serviceUUIDs: [hr])
+        let candidate = Candidate(address: watch, name: "Watch", rssi: -60, serviceUUIDs: [hr])
         out = h.send(.candidateFound(candidate))
         #expect(out.armedPurposes == [.pair])
         #expect(h.armed.keys.map(\.purpose) == [.pair])
@@ -107,7 +107,7 @@ struct PairingScenarioTests {
     func authenticationFailure(failure: BlueZFailure) {
         var h = readyHarness()
         h.send(.userPair(PairRequest(serviceUUIDs: [hr])))
-        h.send(.candidateFound(Candidate(address: watch, serviceUUIDs: [hr])))
+        h.send(.candidateFound(Candidate(address: watch, rssi: -60, serviceUUIDs: [hr])))
         let out = h.send(.pairFailed(watch, call: h.lastPairCall!, failure))
         #expect(out.pairingOutcome == .authenticationFailed(failure.token))
         #expect(out.reports(.pairingFailed).count == 1)
@@ -124,7 +124,7 @@ struct PairingScenarioTests {
         var h = readyHarness()
         let request = PairRequest(nameContains: "Watch")
         h.send(.userPair(request))
-        h.send(.candidateFound(Candidate(address: oldRPA, addressType: .random, name: "Watch-1")))
+        h.send(.candidateFound(Candidate(address: oldRPA, addressType: .random, name: "Watch-1", rssi: -60)))
         var out = h.send(.pairFailed(oldRPA, call: h.lastPairCall!, .connectTimeout))
         #expect(out.pairingOutcome == nil, "the session goes on")
         #expect(out.contains(.pairingProgress(.rescanning(oldRPA, reason: BlueZFailure.connectTimeout.token))))
@@ -134,7 +134,7 @@ struct PairingScenarioTests {
         #expect(out.reports(.pairingFailed).isEmpty)
         #expect(h.machine.pairing?.phase.name == "scanning")
         // The new address is found and pairs.
-        h.send(.candidateFound(Candidate(address: newRPA, addressType: .random, name: "Watch-1")))
+        h.send(.candidateFound(Candidate(address: newRPA, addressType: .random, name: "Watch-1", rssi: -60)))
         out = h.send(.pairSucceeded(newRPA, call: h.lastPairCall!))
         #expect(out.persists)
         #expect(h.stateName(newRPA) == "connecting")
@@ -144,9 +144,9 @@ struct PairingScenarioTests {
         // with the failure, not with "no device found".
         var f = readyHarness()
         f.send(.userPair(request))
-        f.send(.candidateFound(Candidate(address: oldRPA, addressType: .random, name: "Watch-1")))
+        f.send(.candidateFound(Candidate(address: oldRPA, addressType: .random, name: "Watch-1", rssi: -60)))
         f.send(.pairFailed(oldRPA, call: f.lastPairCall!, .deviceGone))
-        out = f.send(.candidateFound(Candidate(address: oldRPA, addressType: .random, name: "Watch-1")))
+        out = f.send(.candidateFound(Candidate(address: oldRPA, addressType: .random, name: "Watch-1", rssi: -60)))
         #expect(!out.contains { if case .pair = $0 { true } else { false } }, "the unreachable address is not paired again")
         #expect(f.machine.pairing?.phase.name == "scanning")
         for _ in 0..<20 where f.machine.pairing != nil { out = f.fireNext() } // scan restarts, then the scan timeout
@@ -157,7 +157,7 @@ struct PairingScenarioTests {
         g.send(.userPair(request))
         let rpas = ["4A:00:00:00:00:01", "4A:00:00:00:00:02", "4A:00:00:00:00:03"].map { DeviceAddress($0)! }
         for (n, (a, failure)) in zip(rpas, [BlueZFailure.deviceGone, .abortedByLocal, .connectTimeout]).enumerated() {
-            g.send(.candidateFound(Candidate(address: a, addressType: .random, name: "Watch-1")))
+            g.send(.candidateFound(Candidate(address: a, addressType: .random, name: "Watch-1", rssi: -60)))
             out = g.send(.pairFailed(a, call: g.lastPairCall!, failure))
             #expect((out.pairingOutcome == nil) == (n + 1 <= PairingSession.maxRescans), "try \(n + 1)")
         }
@@ -168,14 +168,14 @@ struct PairingScenarioTests {
         for (a, type) in [(DeviceAddress("F3:5A:B1:00:00:02")!, AddressType.random), (watch, .public)] {
             var k = readyHarness()
             k.send(.userPair(request))
-            k.send(.candidateFound(Candidate(address: a, addressType: type, name: "Watch-1")))
+            k.send(.candidateFound(Candidate(address: a, addressType: type, name: "Watch-1", rssi: -60)))
             out = k.send(.pairFailed(a, call: k.lastPairCall!, .connectTimeout))
             #expect(out.pairingOutcome == .failed(BlueZFailure.connectTimeout.token), "\(a) \(type)")
         }
         // An authentication failure on a private address is the user's answer: no rescan.
         var e = readyHarness()
         e.send(.userPair(request))
-        e.send(.candidateFound(Candidate(address: oldRPA, addressType: .random, name: "Watch-1")))
+        e.send(.candidateFound(Candidate(address: oldRPA, addressType: .random, name: "Watch-1", rssi: -60)))
         out = e.send(.pairFailed(oldRPA, call: e.lastPairCall!, .authentication))
         #expect(out.pairingOutcome == .authenticationFailed(BlueZFailure.authentication.token))
     }
@@ -194,13 +194,13 @@ struct PairingScenarioTests {
     func pairTimeouts() {
         var h = readyHarness()
         h.send(.userPair(PairRequest()))
-        h.send(.candidateFound(Candidate(address: watch)))
+        h.send(.candidateFound(Candidate(address: watch, rssi: -60)))
         var out = h.fireNext()
         #expect(out.pairingOutcome == .timedOut(phase: "pairing"))
         #expect(out.contains(.cancelPairing(watch)))
 
         h.send(.userPair(PairRequest()))
-        h.send(.candidateFound(Candidate(address: watch)))
+        h.send(.candidateFound(Candidate(address: watch, rssi: -60)))
         h.send(.pairSucceeded(watch, call: h.lastPairCall!))
         // The device's own countdown (connect reply) and the session's settle countdown are both armed.
         while h.machine.pairing != nil { out = h.fireNext() }
@@ -236,7 +236,7 @@ struct PairingScenarioTests {
     func crashDuringPair(lostFirst: Bool) {
         var h = readyHarness()
         h.send(.userPair(PairRequest(serviceUUIDs: [hr])))
-        h.send(.candidateFound(Candidate(address: watch, serviceUUIDs: [hr])))
+        h.send(.candidateFound(Candidate(address: watch, rssi: -60, serviceUUIDs: [hr])))
         let call = h.lastPairCall!
         var out: [Action]
         if lostFirst {
@@ -262,7 +262,7 @@ struct PairingScenarioTests {
     func staleLeftover() {
         var h = readyHarness()
         h.send(.userPair(PairRequest(serviceUUIDs: [hr])))
-        h.send(.candidateFound(Candidate(address: watch, serviceUUIDs: [hr])))
+        h.send(.candidateFound(Candidate(address: watch, rssi: -60, serviceUUIDs: [hr])))
         h.send(.pairFailed(watch, call: h.lastPairCall!, .noReply))
         h.advance(.seconds(600))
         h.send(.adapterLost)
@@ -273,7 +273,7 @@ struct PairingScenarioTests {
     func failedPairNoLeftover() {
         var h = readyHarness()
         h.send(.userPair(PairRequest(serviceUUIDs: [hr])))
-        h.send(.candidateFound(Candidate(address: watch, serviceUUIDs: [hr])))
+        h.send(.candidateFound(Candidate(address: watch, rssi: -60, serviceUUIDs: [hr])))
         let out = h.send(.pairFailed(watch, call: h.lastPairCall!, .authentication))
         #expect(out.contains(.removeDevice(watch)))
         h.send(.adapterLost)

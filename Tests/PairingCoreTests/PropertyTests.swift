@@ -40,13 +40,14 @@ struct PropertyTests {
                 return .setUpLinkFinished(a, failure: chance(0.8) ? nil : failures[int(failures.count)])
             case 13: return chance(0.7) ? .adapterReady(views()) : .adapterLost
             case 14: return .userPair(PairRequest(address: chance(0.5) ? a : nil))
-            case 15: return .candidateFound(Candidate(address: a, name: "dev", serviceUUIDs: [ServiceUUID.heartRate]))
+            case 15: return .candidateFound(Candidate(address: a, name: "dev", rssi: chance(0.8) ? -60 : nil, serviceUUIDs: [ServiceUUID.heartRate],
+                                                       bonded: chance(0.3)))
             case 16: return chance(0.8) ? .pairSucceeded(a, call: h.lastPairCall ?? 0)
                                         : .pairFailed(a, call: h.lastPairCall ?? 0, failures[int(failures.count)])
             case 17: return .userConnect(a)
             case 18: return .userDisconnect(a)
             case 19: return chance(0.3) ? .userUnpair(a) : .userCancelPairing
-            case 20: return .discoveryFailed(.busy)
+            case 20: return chance(0.5) ? .discoveryFailed(.busy) : .removeDeviceAnswered(a, chance(0.7) ? nil : failures[int(failures.count)])
             case 21: return .autoConnectArmed(Set(PropertyTests.addresses.filter { _ in chance(0.6) }))
             case 22: return .dataReceived(a, characteristic: chance(0.8) ? ServiceUUID.heartRateMeasurement : ServiceUUID.batteryLevel)
             case 23: return .subscriptionEnded(a, characteristic: ServiceUUID.heartRateMeasurement)

@@ -562,13 +562,14 @@ struct ReconnectScenarioTests {
         #expect(h.stateName(watch) == "needsRepair")
     }
 
-    @Test("re-pairing a needsRepair wearable removes the dead bond first, then pairs it again")
+    @Test("re-pairing a needsRepair wearable whose BlueZ object already lost the bond: nothing to remove, paired again once heard")
     func repair() {
         var h = Harness.connected()
         h.send(.bondLost(watch))
         var out = h.send(.userPair(PairRequest(address: watch)))
-        #expect(out.contains(.removeDevice(watch)))
-        out = h.send(.candidateFound(Candidate(address: watch, name: "Watch")))
+        #expect(!out.contains(.removeDevice(watch)), "a bond is removed only once the wearable is heard (TrustPairingTests)")
+        out = h.send(.candidateFound(Candidate(address: watch, name: "Watch", rssi: -60)))
+        #expect(!out.contains(.removeDevice(watch)), "its object holds no bond: nothing to remove")
         #expect(out.contains { if case .pair = $0 { true } else { false } })
         h.send(.pairSucceeded(watch, call: h.lastPairCall!))
         _ = h.connectSucceeded(watch)

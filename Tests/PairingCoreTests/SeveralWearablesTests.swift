@@ -69,7 +69,7 @@ struct SeveralWearablesTests {
         expectUndisturbed(&h, Self.strap, [Self.watch, Self.ring], "pairing the strap again") { h in
             h.send(.userPair(PairRequest(address: Self.strap)))
                 + h.send(.deviceRemoved(Self.strap))
-                + h.send(.candidateFound(Candidate(address: Self.strap, name: "Pulse-1", serviceUUIDs: [hr])))
+                + h.send(.candidateFound(Candidate(address: Self.strap, name: "Pulse-1", rssi: -60, serviceUUIDs: [hr])))
                 + h.send(.pairSucceeded(Self.strap, call: h.lastPairCall!))
                 + h.linkComesUp(Self.strap)
         }
@@ -86,7 +86,7 @@ struct SeveralWearablesTests {
         #expect(h.machine.devices[Self.strap] == nil)
         expectUndisturbed(&h, Self.strap, [Self.watch, Self.ring], "pairing the strap again") { h in
             h.send(.userPair(PairRequest(serviceUUIDs: [hr])))
-                + h.send(.candidateFound(Candidate(address: Self.strap, name: "Pulse-1", serviceUUIDs: [hr])))
+                + h.send(.candidateFound(Candidate(address: Self.strap, name: "Pulse-1", rssi: -60, serviceUUIDs: [hr])))
                 + h.send(.pairSucceeded(Self.strap, call: h.lastPairCall!))
                 + h.linkComesUp(Self.strap)
         }
