@@ -11,6 +11,8 @@ extension PairingMachine {
 
     mutating func adapterReady(_ views: [DeviceAddress: BlueZDeviceView], _ now: Moment, _ actions: inout [Action]) {
         adapterUp = true
+        // A ready adapter is bluetoothd's: it is on the bus, whether or not its owner was reported first.
+        if bluetoothd.phase == .unknown { bluetoothd.phase = .present }
         for a in sortedAddresses {
             guard let i = slot[a] else { continue }
             let d = slots[i]
