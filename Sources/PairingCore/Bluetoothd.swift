@@ -137,9 +137,14 @@ public struct BluetoothdWatch: Sendable, Hashable {
     var settingUpAtLoss: [DeviceAddress] = []
     /// Devices linked (set up or being set up) when it left: awaited back after a crash.
     var linkedAtLoss: [DeviceAddress] = []
-    /// It crashed since the adapter was last ready: a link found up and unresolved at the next
-    /// reconciliation predates the new bluetoothd and is dropped at once (`reconcile`).
+    /// It crashed since the adapter was last ready (a bond missing at the next reconciliation is
+    /// one the crash took: `bondLostInCrash`).
     var crashedSinceReady = false
+    /// It left the bus while paird watched, since the adapter was last ready, whatever the reason
+    /// (crash, stop, systemd silent or absent): a link found up and unresolved at the next
+    /// reconciliation predates the new bluetoothd, which has no ATT channel on it and never
+    /// resolves it, and is dropped at once (`reconcile`).
+    var leftSinceReady = false
     /// `execMainStart` of the run that crashed: a failed start shows a different one.
     var crashedRun: UInt64?
     /// The last crash, for the journal and `pairctl status`.

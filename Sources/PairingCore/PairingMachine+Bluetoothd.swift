@@ -14,6 +14,7 @@ extension PairingMachine {
     mutating func bluetoothdLeft(_ now: Moment, _ actions: inout [Action]) {
         if let c = bluetoothd.phase.countdown { actions.append(.cancel(c.id)) }
         bluetoothd.goneSince = now
+        bluetoothd.leftSinceReady = true
         bluetoothd.settingUpAtLoss = sortedAddresses.filter { a in
             if case .discovering = slots[slot[a]!].state { true } else { false }
         }
