@@ -48,6 +48,7 @@ extension BlueZClient {
         cache.clear()
         disconnectReasons = [:]
         liveLinks = []
+        dropsRequested = []
         provenLinks = []
         agentState = .none
         agentRegistered = false

@@ -140,6 +140,12 @@ public final class BlueZClient {
     /// application registering again after a bluetoothd restart) — is subscribed to at once:
     /// the subscription made on the old object went with it, and nothing else would renew it.
     var liveLinks: Set<DeviceAddress> = []
+    /// Devices whose link paird asked BlueZ to drop (`disconnect`) since their last link up or
+    /// down: a `Connected=true` while the cache still says up is then a new link. BlueZ 5.66 sends
+    /// no `Connected=false` for a link it found up at its start when that link drops (bed,
+    /// paird_bluetoothd_segv_plain: the kept link dropped, then `Connected=true` for the
+    /// auto-connect's new one and nothing in between).
+    var dropsRequested: Set<DeviceAddress> = []
     /// Characteristics `resubscribe` is stopping and starting again: their own Notifying=false is
     /// no end of a subscription.
     var resubscribing: Set<String> = []

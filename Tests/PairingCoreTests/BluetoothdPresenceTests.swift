@@ -152,6 +152,28 @@ struct BluetoothdPresenceTests {
         #expect(h.state(watch)?.isConnected == true)
     }
 
+    @Test("the dropped link going down unseen (BlueZ 5.66 sends no Connected=false for it): the next link up is set up at once, no Connect")
+    func droppedLinkGoneUnseen() {
+        var h = Harness.connected()
+        h.send(.bluetoothdLeft)
+        h.send(.adapterLost)
+        h.send(.bluetoothdUnit(nil))
+        h.send(.bluetoothdBack)
+        h.send(.adapterReady([watch: BlueZDeviceView(connected: true)]))
+        h.advance(.milliseconds(400))
+        let up = h.send(.linkUp(watch))
+        guard case .discovering(_, let resolve) = h.state(watch) else {
+            Issue.record("expected discovering, got \(String(describing: h.state(watch)))")
+            return
+        }
+        #expect(resolve.id.purpose == .resolve)
+        #expect(up.connects() == 0)
+        #expect(h.machine.devices[watch]?.ownDrop == nil)
+        h.send(.servicesResolved(watch))
+        h.send(.setUpLinkFinished(watch, failure: nil))
+        #expect(h.state(watch)?.isConnected == true)
+    }
+
     @Test("a link resolved when bluetoothd is back is adopted as it is, whatever the reason it left")
     func resolvedLinkAdopted() {
         var h = Harness.connected()
