@@ -250,7 +250,7 @@ struct Watch: ParsableCommand {
 
     static let configuration = CommandConfiguration(
         abstract: "Print forwarded notifications and state changes as lines until interrupted.",
-        discussion: "Lines: `<time> <address> notify <characteristic-uuid> <hex value>`, `<time> <address> state <state> [reason]`, `<time> <address> battery <percent>`.")
+        discussion: "Lines: `<time> <address> notify <characteristic-uuid> <hex value>`, `<time> <address> state <state> [reason]`, `<time> <address> battery <percent>`. Notifications and battery levels reach only root and members of the bluetooth group (paird's D-Bus policy); anyone else sees the state lines only.")
 
     func run() throws {
         let client = try PairdClient()
