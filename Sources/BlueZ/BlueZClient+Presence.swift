@@ -20,6 +20,7 @@ extension BlueZClient {
                 // Not running: wait for NameOwnerChanged (never activate it ourselves).
                 self.note("org.bluez not on the bus (\(e.name)); waiting for it")
                 self.bluetoothdKnownAbsent = true
+                if self.presenceAnnounced == nil { self.onAbsent?() }
                 self.evaluate()
             }
         }
@@ -39,7 +40,7 @@ extension BlueZClient {
     func bluetoothdLeft() {
         guard owner != nil || synced else { return }
         note("bluetoothd left the bus")
-        bluetoothdWasOnBus = true
+        presenceAnnounced = false
         onPresence?(false)
         owner = nil
         generation += 1
@@ -47,6 +48,7 @@ extension BlueZClient {
         cache.clear()
         disconnectReasons = [:]
         liveLinks = []
+        dropsRequested = []
         provenLinks = []
         agentState = .none
         agentRegistered = false
@@ -64,7 +66,10 @@ extension BlueZClient {
     func bluetoothdAppeared(_ name: String) {
         if owner == name && synced { return }
         if owner != nil && owner != name { bluetoothdLeft() }
-        if owner == nil, bluetoothdWasOnBus { onPresence?(true) }
+        if presenceAnnounced != true {
+            presenceAnnounced = true
+            onPresence?(true)
+        }
         owner = name
         bluetoothdKnownAbsent = false
         generation += 1

@@ -15,6 +15,7 @@ extension BlueZClient {
 
     public func disconnect(_ address: DeviceAddress, reply: @escaping (BlueZFailure?) -> Void) {
         guard let path = targetPath(address, reply) else { return }
+        dropsRequested.insert(address)
         call(path, Iface.device, "Disconnect") { reply(Self.failure($0)) }
     }
 

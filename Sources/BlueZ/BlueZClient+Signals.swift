@@ -160,7 +160,11 @@ extension BlueZClient {
         // drops; a resolved link counts as up, or that Connected=false would go unreported.
         // (Going up is judged on Connected alone: a stale ServicesResolved must not hide it.)
         let wasUp = after.connected ? before.connected : before.connected || before.servicesResolved
-        if changed["Connected"] != nil, wasUp != after.connected {
+        // A link paird asked to drop that went down unseen (no Connected=false): BlueZ's
+        // Connected=true is the next link's.
+        let nextLink = after.connected && before.connected && changed["Connected"]?.bool == true && dropsRequested.contains(a)
+        if changed["Connected"] != nil { dropsRequested.remove(a) }
+        if changed["Connected"] != nil, wasUp != after.connected || nextLink {
             if after.connected {
                 emit(.linkUp(a))
             } else {

@@ -56,8 +56,11 @@ public final class BlueZClient {
     public let selector: String
     public var onEvent: ((BlueZEvent) -> Void)?
     /// bluetoothd (`org.bluez`) left the bus (false: called before the `adapterGone` that follows)
-    /// or is on it again after leaving (true).
+    /// or has an owner (true: the first one seen since `start()`, or a new one after leaving).
     public var onPresence: ((Bool) -> Void)?
+    /// `org.bluez` had no owner at the first look (`GetNameOwner` after `start()`): bluetoothd is
+    /// not running yet. `onPresence(true)` follows when it appears.
+    public var onAbsent: (() -> Void)?
     /// Diagnostics (one line each); nil = silent.
     public var log: ((String) -> Void)?
     /// Things a user should hear about (a configured characteristic missing, a subscription that
@@ -103,8 +106,8 @@ public final class BlueZClient {
     var announcedAbsence = false
     /// GetNameOwner(org.bluez) said nobody owns it.
     var bluetoothdKnownAbsent = false
-    /// bluetoothd has left the bus at least once (`onPresence(true)` is for its returns).
-    var bluetoothdWasOnBus = false
+    /// What `onPresence` last said (nil: nothing yet), so that each change is said once.
+    var presenceAnnounced: Bool?
 
     enum Registration { case none, pending, settled }
     var agentState = Registration.none
@@ -144,6 +147,12 @@ public final class BlueZClient {
     /// application registering again after a bluetoothd restart) — is subscribed to at once:
     /// the subscription made on the old object went with it, and nothing else would renew it.
     var liveLinks: Set<DeviceAddress> = []
+    /// Devices whose link paird asked BlueZ to drop (`disconnect`) since their last link up or
+    /// down: a `Connected=true` while the cache still says up is then a new link. BlueZ 5.66 sends
+    /// no `Connected=false` for a link it found up at its start when that link drops (bed,
+    /// paird_bluetoothd_segv_plain: the kept link dropped, then `Connected=true` for the
+    /// auto-connect's new one and nothing in between).
+    var dropsRequested: Set<DeviceAddress> = []
     /// Characteristics `resubscribe` is stopping and starting again: their own Notifying=false is
     /// no end of a subscription.
     var resubscribing: Set<String> = []

@@ -196,9 +196,16 @@ struct Status: ParsableCommand {
         // Subscribed before the first fetch: a change between the two is never missed.
         var up = true
         var known: [String: String] = [:]
+        var lastJSON = ""
         func changed() {
             guard up, let s = try? client.status() else { return }
-            if json { return say(s.json(pretty: false)) }
+            if json {
+                // One change can come as two signals (StateChanged and PropertiesChanged): said once.
+                let line = s.json(pretty: false)
+                guard line != lastJSON else { return }
+                lastJSON = line
+                return say(line)
+            }
             for d in s.devices where known[d.address] != d.state {
                 known[d.address] = d.state
                 say("\(timestamp(Date())) \(d.name.isEmpty ? d.address : "\(d.name) \(d.address)"): \(StatusText.describe(d))")
@@ -208,7 +215,10 @@ struct Status: ParsableCommand {
                 say("\(timestamp(Date())) \(gone): unpaired")
             }
         }
-        for member in ["StateChanged", "Battery", "PairingProgress"] { client.on(member) { _ in changed() } }
+        // StateChanged and the status properties' PropertiesChanged (the pairing's phase) are
+        // public; Battery only reaches root and the bluetooth group (the D-Bus policy).
+        for member in ["StateChanged", "Battery"] { client.on(member) { _ in changed() } }
+        client.bus.onSignal(interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged", path: PairdAPI.objectPath) { _ in changed() }
         onPairdPresence(client) { isUp in
             up = isUp
             if json {
@@ -225,14 +235,30 @@ struct Status: ParsableCommand {
 }
 
 struct Watch: ParsableCommand {
+    /// Root, or a member of the `bluetooth` group (primary or supplementary): whom the policy lets
+    /// receive `Notification` and `Battery`.
+    static func mayReceiveData() -> Bool {
+        if getuid() == 0 { return true }
+        guard let g = getgrnam("bluetooth") else { return false }
+        let gid = g.pointee.gr_gid
+        if getgid() == gid || getegid() == gid { return true }
+        let n = getgroups(0, nil)
+        guard n > 0 else { return false }
+        var groups = [gid_t](repeating: 0, count: Int(n))
+        return getgroups(n, &groups) == n && groups.contains(gid)
+    }
+
     static let configuration = CommandConfiguration(
         abstract: "Print forwarded notifications and state changes as lines until interrupted.",
-        discussion: "Lines: `<time> <address> notify <characteristic-uuid> <hex value>`, `<time> <address> state <state> [reason]`, `<time> <address> battery <percent>`.")
+        discussion: "Lines: `<time> <address> notify <characteristic-uuid> <hex value>`, `<time> <address> state <state> [reason]`, `<time> <address> battery <percent>`. Notifications and battery levels reach only root and members of the bluetooth group (paird's D-Bus policy); anyone else sees the state lines only.")
 
     func run() throws {
         let client = try PairdClient()
         _ = try client.status() // fail fast, with the right exit code, when paird is not running
         func stamp() -> String { timestamp(Date()) }
+        if !Self.mayReceiveData() {
+            writeAll(2, "pairctl: notifications and battery levels reach only root and the bluetooth group (paird's D-Bus policy): showing state changes only\n")
+        }
         onPairdPresence(client) { up in say("\(stamp()) paird \(up ? "is back" : "stopped (waiting for it to come back)")") }
         client.on("Notification") { args in
             guard args.count == 3, let a = args[0].string, let c = args[1].string, let v = args[2].bytes else { return }

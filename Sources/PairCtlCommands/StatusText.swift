@@ -107,6 +107,7 @@ enum BluetoothdText {
         var line = "bluetoothd: \(b.state)"
         if let n = b.nextStartAt { line += ", next start at \(timestamp(n))" }
         if b.state == "stopped" { line += " (by an administrator: paird does not start it)" }
+        if b.state == "unknown" { line += " (paird has not yet seen whether org.bluez is on the bus)" }
         if let c = b.lastCrash {
             line += "; crashed at \(timestamp(c.at)) (\(c.cause)); \(c.action)"
             if let s = c.backAfter { line += "; back after \(seconds(s))" }

@@ -109,6 +109,7 @@ public final class Daemon {
         bluez = BlueZClient(connection: bus, adapter: config.adapter)
         bluez.onEvent = { [unowned self] event in handle(event) }
         bluez.onPresence = { [unowned self] present in feed(present ? .bluetoothdBack : .bluetoothdLeft) }
+        bluez.onAbsent = { [unowned self] in feed(.bluetoothdAbsent) }
         bluez.warn = { [unowned self] line in log.warning(line) }
         bluez.inform = { [unowned self] line in log.info(line) }
         if log.minimumPriority == .debug {

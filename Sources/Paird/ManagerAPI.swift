@@ -188,6 +188,7 @@ final class ManagerAPI {
         backend.feed(.userPair(request))
     }
 
+    /// A pairing's progress, as a `PairingProgress` signal to the caller of the running `Pair`.
     func pairingProgress(_ p: PairingProgress) {
         let (kind, address, text): (String, String, String)
         switch p {
@@ -217,8 +218,11 @@ final class ManagerAPI {
         case .answered(let a): (kind, address, text) = ("answered", "\(a)", "answered, pairing…")
         case .questionCanceled(let a): (kind, address, text) = ("question-canceled", "\(a)", "the wearable withdrew its question")
         }
+        // Only to the caller of `Pair`, never broadcast: it carries the passkey or the number to
+        // compare (the policy also denies its reception to anyone but root and the bluetooth group).
+        guard let caller = pendingPair?.sender, !caller.isEmpty else { return }
         try? bus.emitSignal(path: PairdAPI.objectPath, interface: PairdAPI.interface, member: "PairingProgress",
-                                   args: [.string(kind), .string(address), .string(text)])
+                            args: [.string(kind), .string(address), .string(text)], destination: caller)
     }
 
     func pairingEnded(_ outcome: PairingOutcome) {

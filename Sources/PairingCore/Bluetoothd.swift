@@ -72,9 +72,11 @@ public enum BluetoothdExit: Sendable, Hashable {
     }
 }
 
-/// bluetoothd as paird follows it: present, or gone and why, and its restarts after a crash.
+/// bluetoothd as paird follows it: not yet known, present, or gone and why, and its restarts
+/// after a crash.
 ///
 /// ```
+///   unknown ──seen──▶ present;  unknown ──no owner at the first look──▶ waiting
 ///   present ──left──▶ asking systemd ──crashed──▶ restartDue (backoff) ──▶ starting ──back──▶ present
 ///                       │  ▲ not settled                 ▲ start failed / died again │
 ///                       │  └─ (countdown)                └───────────────────────────┘
@@ -83,6 +85,9 @@ public enum BluetoothdExit: Sendable, Hashable {
 /// ```
 public struct BluetoothdWatch: Sendable, Hashable {
     public enum Phase: Sendable, Hashable {
+        /// paird has not yet seen whether `org.bluez` has an owner (just started): neither
+        /// running nor gone. Left at the first answer (`bluetoothdBack` / `bluetoothdAbsent`).
+        case unknown
         case present
         /// Left the bus; systemd is being asked why (`queries` so far; the countdown, when
         /// armed, is the next question after a `notSettled` answer).
@@ -101,6 +106,7 @@ public struct BluetoothdWatch: Sendable, Hashable {
 
         public var name: String {
             switch self {
+            case .unknown: "unknown"
             case .present: "running"
             case .asking: "gone"
             case .restartDue: "restarting"
@@ -116,12 +122,12 @@ public struct BluetoothdWatch: Sendable, Hashable {
             case .asking(_, let c): c
             case .restartDue(let c): c
             case .starting(_, let c): c
-            case .present, .stoppedByAdmin, .waiting, .gaveUp: nil
+            case .unknown, .present, .stoppedByAdmin, .waiting, .gaveUp: nil
             }
         }
     }
 
-    public internal(set) var phase: Phase = .present
+    public internal(set) var phase: Phase = .unknown
     /// When it left the bus this time (nil while present).
     public internal(set) var goneSince: Moment?
     /// Starts paird made since the adapter was last ready (a bluetoothd dying at each start).
@@ -131,9 +137,14 @@ public struct BluetoothdWatch: Sendable, Hashable {
     var settingUpAtLoss: [DeviceAddress] = []
     /// Devices linked (set up or being set up) when it left: awaited back after a crash.
     var linkedAtLoss: [DeviceAddress] = []
-    /// It crashed since the adapter was last ready: a link found up and unresolved at the next
-    /// reconciliation predates the new bluetoothd and is dropped at once (`reconcile`).
+    /// It crashed since the adapter was last ready (a bond missing at the next reconciliation is
+    /// one the crash took: `bondLostInCrash`).
     var crashedSinceReady = false
+    /// It left the bus while paird watched, since the adapter was last ready, whatever the reason
+    /// (crash, stop, systemd silent or absent): a link found up and unresolved at the next
+    /// reconciliation predates the new bluetoothd, which has no ATT channel on it and never
+    /// resolves it, and is dropped at once (`reconcile`).
+    var leftSinceReady = false
     /// `execMainStart` of the run that crashed: a failed start shows a different one.
     var crashedRun: UInt64?
     /// The last crash, for the journal and `pairctl status`.

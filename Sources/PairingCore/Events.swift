@@ -90,8 +90,10 @@ public enum Event: Sendable, Hashable {
     case bluetoothdUnit(BluetoothdUnitState?)
     /// `StartServiceByName("org.bluez")` failed.
     case bluetoothdStartFailed
-    /// `org.bluez` is on the system bus again.
+    /// `org.bluez` is on the system bus: again, or for the first time since paird started.
     case bluetoothdBack
+    /// `org.bluez` had no owner when paird first asked (it has not been seen yet).
+    case bluetoothdAbsent
 
     // Device signals from BlueZ.
     case linkUp(DeviceAddress)

@@ -11,6 +11,8 @@ extension PairingMachine {
 
     mutating func adapterReady(_ views: [DeviceAddress: BlueZDeviceView], _ now: Moment, _ actions: inout [Action]) {
         adapterUp = true
+        // A ready adapter is bluetoothd's: it is on the bus, whether or not its owner was reported first.
+        if bluetoothd.phase == .unknown { bluetoothd.phase = .present }
         for a in sortedAddresses {
             guard let i = slot[a] else { continue }
             let d = slots[i]
@@ -29,6 +31,7 @@ extension PairingMachine {
         cleanUpLeftoverPairs(now, &actions)
         releaseOnTrial(now, &actions)
         bluetoothd.crashedSinceReady = false
+        bluetoothd.leftSinceReady = false
         bluetoothd.starts = 0 // it served: a later crash is not one of a bluetoothd dying at each start
         // Sent even if unchanged: a bluetoothd that came back holds no registration of ours.
         actions.append(.updateAutoConnect(autoConnectUUIDs))
@@ -49,18 +52,21 @@ extension PairingMachine {
         } else if view.connected {
             slots[i].ownDrop = nil
             let link = Link(upAt: now, resolved: view.servicesResolved, adoptedUnresolved: !view.servicesResolved)
-            if !view.servicesResolved, bluetoothd.crashedSinceReady {
-                // The kernel kept the link through a bluetoothd crash: the new bluetoothd made no
-                // ATT channel on it and never resolves it (bed run 1: 2 of 2). Drop it now, and
+            if !view.servicesResolved, bluetoothd.leftSinceReady {
+                // bluetoothd left the bus while paird watched and came back, and the kernel kept
+                // the link: the new bluetoothd made no ATT channel on it and never resolves it
+                // (bed run 1: 2 of 2), whatever the reason it left (a crash systemd reported, or
+                // one nobody reported: no systemd, systemd silent, a stop). Drop it now, and
                 // leave the new link to the auto-connect (head start, then Connect): a Connect()
                 // while the old link is still up (it took 2.5 s to go on the bed) is answered at
                 // once by it and only adds a round (BENCHMARKS.md §5).
                 slots[i].ownDrop = Link(upAt: now)
                 actions.append(.disconnect(a))
-                return restoreConnect(i, now, &actions, reason: "unresolvable-after-crash")
+                return restoreConnect(i, now, &actions, reason: bluetoothd.crashedSinceReady ? "unresolvable-after-crash" : "unresolvable-after-bluetoothd-left")
             }
-            // Unresolved, it gets the short resolve countdown: after a bluetoothd crash such a
-            // link may have no ATT channel and would otherwise wait out the discovery timeout.
+            // Unresolved otherwise (a paird restart, bluetoothd seen for the first time), it gets
+            // the short resolve countdown: such a link may have no ATT channel and would
+            // otherwise wait out the discovery timeout.
             let c = view.servicesResolved ? discoveryCountdown(a, now) : resolveCountdown(a, now)
             move(i, to: .discovering(link, countdown: c), now, &actions)
             if view.servicesResolved { actions.append(.setUpLink(a)) }

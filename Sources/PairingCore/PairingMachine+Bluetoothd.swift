@@ -14,6 +14,7 @@ extension PairingMachine {
     mutating func bluetoothdLeft(_ now: Moment, _ actions: inout [Action]) {
         if let c = bluetoothd.phase.countdown { actions.append(.cancel(c.id)) }
         bluetoothd.goneSince = now
+        bluetoothd.leftSinceReady = true
         bluetoothd.settingUpAtLoss = sortedAddresses.filter { a in
             if case .discovering = slots[slot[a]!].state { true } else { false }
         }
@@ -92,6 +93,14 @@ extension PairingMachine {
         actions.append(.queryBluetoothdUnit)
     }
 
+    /// `org.bluez` had no owner at paird's first look: not running (paird never starts a
+    /// bluetoothd it did not see leave). Only the first answer counts: later ones are stale.
+    mutating func bluetoothdAbsent(_ now: Moment, _ actions: inout [Action]) {
+        guard bluetoothd.phase == .unknown else { return }
+        bluetoothd.phase = .waiting(reason: "not on the bus when paird started")
+    }
+
+    /// `org.bluez` has an owner: for the first time since paird started, or again.
     mutating func bluetoothdBack(_ now: Moment, _ actions: inout [Action]) {
         if let c = bluetoothd.phase.countdown { actions.append(.cancel(c.id)) }
         bluetoothd.phase = .present
@@ -110,7 +119,7 @@ extension PairingMachine {
         case .starting(let polls, _):
             bluetoothd.phase = .starting(polls: polls + 1, countdown: nil)
             actions.append(.queryBluetoothdUnit)
-        case .present, .stoppedByAdmin, .waiting, .gaveUp:
+        case .unknown, .present, .stoppedByAdmin, .waiting, .gaveUp:
             assertionFailure("bluetoothd countdown \(id) fired in \(bluetoothd.phase.name)")
         }
     }

@@ -98,6 +98,7 @@ public struct PairingMachine: Sendable {
         case .bluetoothdUnit(let unit): bluetoothdUnit(unit, now, &actions)
         case .bluetoothdStartFailed: bluetoothdStartFailed(now, &actions)
         case .bluetoothdBack: bluetoothdBack(now, &actions)
+        case .bluetoothdAbsent: bluetoothdAbsent(now, &actions)
         case .linkUp(let a): linkUp(a, now, &actions)
         case .servicesResolved(let a): servicesResolved(a, now, &actions)
         case .servicesLost(let a): servicesLost(a, now, &actions)

@@ -174,8 +174,9 @@ public struct StatusDocument: Codable, Sendable, Hashable {
 
     /// bluetoothd as paird follows it, and its last crash (null from a paird older than this).
     public struct Bluetoothd: Codable, Sendable, Hashable {
-        /// `running`, `gone`, `restarting` (a start is due at `nextStartAt`), `starting`,
-        /// `stopped` (by an administrator: paird waits), `gave-up`.
+        /// `unknown` (paird has not yet seen whether `org.bluez` has an owner), `running`, `gone`
+        /// (also: not on the bus when paird started), `restarting` (a start is due at
+        /// `nextStartAt`), `starting`, `stopped` (by an administrator: paird waits), `gave-up`.
         public var state: String
         public var nextStartAt: Date?
         public var lastCrash: Crash?

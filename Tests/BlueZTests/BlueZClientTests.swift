@@ -119,6 +119,32 @@ struct BlueZClientTests {
         #expect(client.views(for: [addrA])[addrA] == .absent)
     }
 
+    @Test("a link paird asked to drop that goes down unseen: BlueZ's next Connected=true is a new link (BlueZ 5.66 after a restart)")
+    func droppedLinkGoneUnseen() throws {
+        let mock = try MockBlueZ()
+        try mock.addAdapter()
+        let (client, rec, _) = try mock.startClient()
+        try mock.addDevice("hci0", devA)
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["Connected": .bool(true)])
+        try runUntil(mock.loop, "connected") { rec.has(.linkUp(addrA)) }
+        // Repeated without paird's Disconnect: no change (as before).
+        var handled = client.stats.signalsHandled
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["Connected": .bool(true)])
+        try runUntil(mock.loop, "handled") { client.stats.signalsHandled > handled }
+        #expect(rec.count { $0 == .linkUp(addrA) } == 1)
+        // paird drops it; BlueZ says nothing of it going, then Connected=true: the next link.
+        var done = false
+        client.disconnect(addrA) { _ in done = true }
+        try runUntil(mock.loop, "Disconnect answered") { done }
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["Connected": .bool(true)])
+        try runUntil(mock.loop, "the next link") { rec.count { $0 == .linkUp(addrA) } == 2 }
+        // Only once: the request is spent.
+        handled = client.stats.signalsHandled
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["Connected": .bool(true)])
+        try runUntil(mock.loop, "handled") { client.stats.signalsHandled > handled }
+        #expect(rec.count { $0 == .linkUp(addrA) } == 2)
+    }
+
     @Test func powerOffAndOn() throws {
         let mock = try MockBlueZ()
         try mock.addAdapter()

@@ -424,6 +424,9 @@ struct IntegrationTests {
                             env: ["NOTIFY_SOCKET": notify.path], waitReady: false)
         try waitFor("READY=1", deadline: 15) { notify.received("READY=1") }
         #expect(notify.messages.contains { $0.contains("STATUS=") })
+        // bluetoothd as status says it: running with the mock on the bus, never "running" without it.
+        let bluetoothd = try host.status().bluetoothd?.state
+        #expect(bluetoothd == (adapter == "no-bluetoothd" ? "gone" : "running"))
         #expect(!notify.messages.contains { $0.contains("WATCHDOG=1") }, "no watchdog pings without WATCHDOG_USEC")
         try host.stopPaird()
         #expect(notify.received("STOPPING=1"))

@@ -52,6 +52,23 @@ struct BluetoothdReportTests {
         #expect(try StatusDocument.decode(#"{"daemon":{"running":true},"devices":[]}"#).bluetoothd == nil, "an older paird's status reads")
     }
 
+    @Test("status from paird's first moment: bluetoothd unknown (not running) until its owner is seen or known absent; the text says so")
+    func unknownAtFirst() {
+        var m = PairingMachine(now: .at(0))
+        var doc = StatusDocument(machine: m, adapter: nil, configuredAdapter: "", battery: [:], now: .at(0))
+        #expect(doc.bluetoothd == StatusDocument.Bluetoothd(state: "unknown", nextStartAt: nil, lastCrash: nil))
+        #expect(BluetoothdText.render(doc.bluetoothd!) == "bluetoothd: unknown (paird has not yet seen whether org.bluez is on the bus)")
+        #expect(StatusText.render(doc).contains("bluetoothd: unknown"))
+        _ = m.handle(.bluetoothdAbsent, now: .at(0.1))
+        doc = StatusDocument(machine: m, adapter: nil, configuredAdapter: "", battery: [:], now: .at(0.1))
+        #expect(doc.bluetoothd?.state == "gone")
+        #expect(StatusText.render(doc).contains("bluetoothd: gone"))
+        _ = m.handle(.bluetoothdBack, now: .at(5))
+        doc = StatusDocument(machine: m, adapter: nil, configuredAdapter: "", battery: [:], now: .at(5))
+        #expect(doc.bluetoothd?.state == "running")
+        #expect(!StatusText.render(doc).contains("bluetoothd:"), "running with no crash: no line")
+    }
+
     @Test("status --json says when paird's next start of bluetoothd is")
     func nextStart() {
         var m = PairingMachine(now: .at(0))

@@ -141,15 +141,9 @@ struct BluetoothdCrashTests {
         #expect(h.state(watch)?.countdown?.id.purpose == .discovery)
     }
 
-    @Test("after a stop (no crash) an adopted unresolved link gets the resolve countdown, as after a paird restart")
-    func noCrashNoDropAtOnce() {
+    @Test("the crash mark is spent at the first reconciliation after a crash (a stop: BluetoothdPresenceTests)")
+    func crashMarkSpent() {
         var h = Harness.connected()
-        _ = bluetoothdDies(&h)
-        h.send(.bluetoothdUnit(Self.stopped))
-        h.send(.bluetoothdBack)
-        h.send(.adapterReady([watch: BlueZDeviceView(connected: true)]))
-        #expect(h.state(watch)?.countdown?.id.purpose == .resolve)
-        // and the crash mark is spent at the first reconciliation after a crash
         _ = bluetoothdDies(&h)
         h.send(.bluetoothdUnit(Self.segv))
         h.send(.bluetoothdBack)

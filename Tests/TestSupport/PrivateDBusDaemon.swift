@@ -7,7 +7,10 @@ import Glibc
 /// policy, SIGKILLed and its directory removed when the object goes away. Tests never touch the
 /// machine's real buses. `kind` only sets `<type>` (a "system" bus is what BlueZ and paird expect
 /// to find through `DBUS_SYSTEM_BUS_ADDRESS`); the policy is the same allow-all for both, so
-/// nothing of the real system bus's policy (`etc/dbus-1/system.d/`) is checked here.
+/// nothing of the real system bus's policy (`etc/dbus-1/system.d/`) is checked here, unless
+/// `systemPolicy` names policy files: then the bus has the stock system bus's default rules
+/// (Debian's system.conf: no name ownership, no method calls, signals and replies allowed, every
+/// message receivable) followed by those files, as `/usr/share/dbus-1/system.d/` would add them.
 public final class PrivateDBusDaemon {
     public enum Kind: String, Sendable { case session, system }
 
@@ -16,22 +19,45 @@ public final class PrivateDBusDaemon {
     public let directory: URL
     private let process: Process
 
-    public init(kind: Kind = .session, prefix: String = "paird-dbus") throws {
+    public init(kind: Kind = .session, prefix: String = "paird-dbus", systemPolicy: [String]? = nil) throws {
         directory = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("\(prefix)-\(UUID().uuidString.prefix(8))")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        // World-searchable: a test may connect as another user (setpriv) to check a policy.
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o755])
         let config = directory.appendingPathComponent("bus.conf")
+        let policy = systemPolicy.map { files in
+            """
+              <auth>EXTERNAL</auth>
+              <policy context="default">
+                <allow user="*"/>
+                <deny own="*"/>
+                <deny send_type="method_call"/>
+                <allow send_type="signal"/>
+                <allow send_requested_reply="true" send_type="method_return"/>
+                <allow send_requested_reply="true" send_type="error"/>
+                <allow receive_type="method_call"/>
+                <allow receive_type="method_return"/>
+                <allow receive_type="error"/>
+                <allow receive_type="signal"/>
+                <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/>
+                <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Introspectable"/>
+                <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Properties"/>
+              </policy>
+            """ + files.map { "  <include>\($0)</include>\n" }.joined()
+        } ?? """
+              <policy context="default">
+                <allow send_destination="*" eavesdrop="true"/>
+                <allow eavesdrop="true"/>
+                <allow own="*"/>
+              </policy>
+            """
         try """
         <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
          "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
         <busconfig>
           <type>\(kind.rawValue)</type>
           <listen>unix:path=\(directory.path)/bus</listen>
-          <policy context="default">
-            <allow send_destination="*" eavesdrop="true"/>
-            <allow eavesdrop="true"/>
-            <allow own="*"/>
-          </policy>
-        </busconfig>
+        \(policy)</busconfig>
         """.write(to: config, atomically: true, encoding: .utf8)
 
         let stdout = Pipe()
