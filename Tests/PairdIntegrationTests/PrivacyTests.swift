@@ -48,7 +48,9 @@ struct PrivacyTests {
         try waitFor("the listener's match rule", deadline: 15) { Self.lines(file).contains("READY") }
 
         try host.addDevice(watch)
+        let scans = host.adapterCalls("StartDiscovery")
         let pairing = host.start(MockedHost.pairctlBin, ["pair", watch, "--timeout", "5"])
+        try host.advertise(watch, afterDiscoveries: scans) // paird takes only what its scan hears
         try waitFor("paird to call Connect after pairing", deadline: 20) { host.calls("Connect") >= 1 }
         try host.setDevice(watch, "'ServicesResolved': True")
         let r = pairing.finish()
