@@ -135,7 +135,8 @@ def main():
         for m in ("Notification", "Battery", "PairingProgress"):
             check(m not in got["nobody"], f"the outsider received no {m}")
         check(not outsider_watch.notifies(), "pairctl watch as nobody printed no notification")
-        check(got["bluetooth"].get("Notification", 0) >= WINDOW / 2 and got["bluetooth"].get("Battery", 0) >= 1,
+        # some, not a rate: the window's count depends on the host's load (a 1 Hz strap)
+        check(got["bluetooth"].get("Notification", 0) >= 3 and got["bluetooth"].get("Battery", 0) >= 1,
               "the bluetooth group's listener received Notification and Battery")
         check("PairingProgress" not in got["bluetooth"], "PairingProgress reached only the caller of Pair, not the group's listener")
 
