@@ -166,6 +166,28 @@ def at_exit(fn):
     return fn
 
 
+def _state_at_failure():
+    """What the wearable and paird say at the moment a step failed, in the scenario's output (CI
+    shows only part of a run's logs): bounded, and never a second failure."""
+    w = getattr(Wearable, "current", None)
+    if w is not None:
+        try:
+            st = w.cmd("status", timeout=5)
+            keep = ("name", "address", "advertising", "connected", "registered", "bonds", "subscribed")
+            print("state at failure, wearable: " + json.dumps({k: st.get(k) for k in keep}), flush=True)
+        except Exception as e:  # noqa: BLE001
+            print(f"state at failure, wearable: no answer ({type(e).__name__}: {e})", flush=True)
+    if PAIRCTL_BIN:
+        try:
+            r = subprocess.run([PAIRCTL_BIN, "status"], capture_output=True, text=True, timeout=10,
+                               stdin=subprocess.DEVNULL)
+            print(f"state at failure, pairctl status (exit {r.returncode}):", flush=True)
+            for line in (r.stdout + r.stderr).splitlines()[:20]:
+                print(f"  | {line}", flush=True)
+        except Exception as e:  # noqa: BLE001
+            print(f"state at failure, pairctl status: {type(e).__name__}: {e}", flush=True)
+
+
 def scenario(fn):
     """Decorator for a scenario's main(): runs it, prints a summary, exits 0/1."""
     @functools.wraps(fn)
@@ -189,6 +211,7 @@ def scenario(fn):
                 rc = 1
                 print("\nFAILED:", f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)
                 traceback.print_exc()
+                _state_at_failure()
         for c in reversed(_cleanups):
             try:
                 c()

@@ -132,7 +132,7 @@ trap 'rm -rf "$RES"' EXIT
 # run_one INDEX: one run with its retries; its console in testbed-out/<run>.console.log, its
 # result in $RES/INDEX: "status<TAB>seconds<TAB>summary line".
 run_one() {
-  local i=$1 r=${runs[$1]} e impl v s runname label out con t0 rc note tries retries crash_retry seg dt timing
+  local i=$1 r=${runs[$1]} e impl v s runname label out con t0 rc note tries retries crash_retry seg dt timing why
   IFS='|' read -r e impl v s runname label <<<"$r"
   out=$OUTDIR/$runname; con=$OUTDIR/$runname.console.log
   mkdir -p "$OUTDIR"; : >"$con"
@@ -155,8 +155,10 @@ run_one() {
     else
       break
     fi
+    # why it failed, in the summary itself (CI shows only part of a tier's output)
+    why=$(grep -m1 -E '^(FAILED: |run-scenario: (TIMEOUT|the BlueZ stack))' "$out/scenario.log" 2>/dev/null | cut -c1-240)
     rm -rf "$out-try$tries"; mv "$out" "$out-try$tries" 2>/dev/null
-    note+=" — NEEDED A RETRY: run $tries exit $rc${seg:+ (bluetoothd segfaulted: $seg)}, logs $out-try$tries"
+    note+=" — NEEDED A RETRY: run $tries exit $rc${why:+ ($why)}${seg:+ (bluetoothd segfaulted: $seg)}, logs $out-try$tries"
     printf '\n=== %s: failed (exit %d)%s; retry on a fresh VM, logs of that run in %s\n' \
       "$label" "$rc" "${seg:+, bluetoothd segfaulted}" "$out-try$tries" >>"$con"
     tries=$((tries + 1))
@@ -170,7 +172,9 @@ run_one() {
   timing=${timing:+; $timing}
   if ((rc == 0)) && [[ -f $out/SKIPPED ]]; then printf 'skip\t%s\tSKIP  %s  (%s s%s)%s: %s\n' "$dt" "$label" "$dt" "$timing" "$note" "$(head -c 300 "$out/SKIPPED")"
   elif ((rc == 0)); then printf 'pass\t%s\tPASS  %s  (%s s%s)%s\n' "$dt" "$label" "$dt" "$timing" "$note"
-  else printf 'fail\t%s\tFAIL  %s  (%s s, exit %s%s; logs: %s)%s\n' "$dt" "$label" "$dt" "$rc" "$timing" "$out" "$note"; fi >"$RES/$i"
+  else
+    why=$(grep -m1 -E '^(FAILED: |run-scenario: (TIMEOUT|the BlueZ stack))' "$out/scenario.log" 2>/dev/null | cut -c1-240)
+    printf 'fail\t%s\tFAIL  %s  (%s s, exit %s%s; logs: %s)%s%s\n' "$dt" "$label" "$dt" "$rc" "$timing" "$out" "${why:+ — $why}" "$note"; fi >"$RES/$i"
 }
 
 # ---------------------------------------------------------------- the queue
