@@ -27,10 +27,13 @@ release: deps
 
 ## test: every tier — unit + integration (swift test), then end-to-end on the real-BlueZ test bed
 ## (e2e-ci); ends with the whole run's time against CI's 90 minutes (5400 s).
+## It also checks that the host was left as it was (Tests/testbed/host-fingerprint: /etc/apt and
+## the installed kernels, before and after).
 test:
-	@t0=$$(date +%s); rc=0; \
+	@t0=$$(date +%s); rc=0; fp=$$(mktemp); Tests/testbed/host-fingerprint save $$fp; \
 	$(MAKE) --no-print-directory unit || rc=1; t1=$$(date +%s); \
 	$(MAKE) --no-print-directory e2e-ci || rc=1; t2=$$(date +%s); \
+	Tests/testbed/host-fingerprint check $$fp || rc=1; rm -f $$fp $$fp.diff; \
 	echo "make test: $$((t2 - t0)) s of CI's 5400 s ($$(( (t2 - t0) * 100 / 5400 ))%): builds, unit and integration $$((t1 - t0)) s, end-to-end $$((t2 - t1)) s; exit $$rc"; \
 	exit $$rc
 
@@ -80,7 +83,9 @@ bluez-builds:
 	for v in $(BLUEZ_VERSIONS); do Tests/testbed/build-bluez.sh $$v || exit 1; done
 
 demo: release
-	Tests/testbed/demo.sh
+	@fp=$$(mktemp); Tests/testbed/host-fingerprint save $$fp; rc=0; \
+	Tests/testbed/demo.sh || rc=$$?; \
+	Tests/testbed/host-fingerprint check $$fp || rc=1; rm -f $$fp $$fp.diff; exit $$rc
 
 ## bench: programs that print figures (see BENCHMARKS.md).
 bench: deps release

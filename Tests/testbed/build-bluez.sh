@@ -12,9 +12,9 @@
 # present in .build-testbed/bluez-<version>/ (outside git, like the initramfs cache) is reused
 # at once; a missing one is made again (about 3-6 minutes on 2 cores).
 #
-# The sources: a deb-src-only file, /etc/apt/sources.list.d/paird-bluez-src.sources (trixie and
-# sid), which this script writes. Source lines only: apt never installs or upgrades a binary
-# package from trixie or sid because of them (no "deb" line names those suites).
+# The sources: deb-src lines for trixie and sid in a sources list of the bed's own
+# ($CACHE/bluez-src-apt), with its own package lists: the host's /etc/apt is never written, and
+# apt on the host never sees those suites.
 # The build: only what the bed runs. configure with Debian's own choices where they change
 # bluetoothd's behaviour (--enable-experimental, --enable-deprecated, the paths), without
 # what the bed never runs (OBEX, CUPS, mesh, MIDI, manpages, the library, the HID tools), with
@@ -25,7 +25,9 @@ set -euo pipefail
 TB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$TB/../.." && pwd)
 . "$TB/bed-cache"; CACHE=$(bed_cache_dir "$REPO")
-SRC_LIST=/etc/apt/sources.list.d/paird-bluez-src.sources
+APT_DIR=$CACHE/bluez-src-apt
+APT_OPTS=(-o "Dir::Etc::SourceList=$APT_DIR/sources.list" -o "Dir::Etc::SourceParts=$APT_DIR/none"
+          -o "Dir::State::Lists=$APT_DIR/lists" -o "Dir::Cache=$APT_DIR/cache" -o "APT::Sandbox::User=root")
 TOOLS=(bluetoothd bluetoothctl btmon btvirt btmgmt)
 say() { echo "build-bluez: $*" >&2; }
 die() { say "ERROR: $*"; exit 1; }
@@ -55,22 +57,23 @@ if [[ $want != newest ]] && cached "$CACHE/bluez-$want${BLUEZ_NO_PATCHES:+-bare}
 fi
 
 ensure_sources() {
-  local want_list
-  want_list=$'# paird test bed (Tests/testbed/build-bluez.sh): BlueZ source packages only.\n# deb-src lines: apt never installs a binary package from these suites because of them.\nTypes: deb-src\nURIs: http://deb.debian.org/debian\nSuites: trixie sid\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg'
-  if [[ ! -f $SRC_LIST ]] || [[ $(<"$SRC_LIST") != "$want_list" ]]; then
-    say "writing $SRC_LIST (deb-src trixie sid)"
-    printf '%s\n' "$want_list" | $SUDO tee "$SRC_LIST" >/dev/null
-    $SUDO apt-get update -q >&2 || die "apt-get update failed"
+  mkdir -p "$APT_DIR/lists/partial" "$APT_DIR/cache/archives/partial"
+  local want_list=$'# paird test bed (Tests/testbed/build-bluez.sh): BlueZ source packages only.\ndeb-src http://deb.debian.org/debian trixie main\ndeb-src http://deb.debian.org/debian sid main'
+  if [[ ! -f $APT_DIR/sources.list ]] || [[ $(<"$APT_DIR/sources.list") != "$want_list" ]] \
+      || ! compgen -G "$APT_DIR/lists/*Sources*" >/dev/null; then
+    say "BlueZ's source packages: deb-src trixie sid in $APT_DIR (the host's /etc/apt is not touched)"
+    printf '%s\n' "$want_list" >"$APT_DIR/sources.list"
+    apt-get "${APT_OPTS[@]}" update -q >&2 || die "apt-get update (trixie, sid sources) failed"
   fi
 }
 # "Version: 5.82-1.1" lines of every bluez source package apt knows, newest first
-src_versions() { apt-cache showsrc bluez 2>/dev/null | sed -n 's/^Version: //p' | sort -rV | uniq; }
+src_versions() { apt-cache "${APT_OPTS[@]}" showsrc bluez 2>/dev/null | sed -n 's/^Version: //p' | sort -rV | uniq; }
 ensure_sources
 versions=$(src_versions)
 pick() { # upstream or "newest" → Debian source version
   if [[ $1 == newest ]]; then
     # sid's own entry (apt-cache madison names the suite), else the newest of all
-    apt-cache madison bluez | awk -F'|' '/sid\/main Sources|unstable\/main Sources/ {gsub(/ /,"",$2); print $2}' | sort -rV | head -n1
+    apt-cache "${APT_OPTS[@]}" madison bluez | awk -F'|' '/sid\/main Sources|unstable\/main Sources/ {gsub(/ /,"",$2); print $2}' | sort -rV | head -n1
   else
     grep -E "^([0-9]+:)?$(sed 's/\./\\./g' <<<"$1")-" <<<"$versions" | head -n1 || true
   fi
@@ -78,7 +81,7 @@ pick() { # upstream or "newest" → Debian source version
 debver=$(pick "$want")
 if [[ -z $debver ]]; then
   say "no source package for '$want' yet; apt-get update"
-  $SUDO apt-get update -q >&2 || true
+  apt-get "${APT_OPTS[@]}" update -q >&2 || true
   versions=$(src_versions); debver=$(pick "$want")
 fi
 [[ -n $debver ]] || die "no bluez source package '$want' in trixie or sid (known: $(tr '\n' ' ' <<<"$versions"))"
@@ -105,13 +108,13 @@ cd "$dir/dl"
 origin="Debian source package bluez $debver"
 # apt-get runs its download as _apt; a root-owned cache directory would only warn
 chmod 755 "$dir" "$dir/dl" 2>/dev/null || true
-if ! apt-get source -q "bluez=$debver" >>"$log" 2>&1; then
+if ! apt-get "${APT_OPTS[@]}" source -q "bluez=$debver" >>"$log" 2>&1; then
   # Seen on this workplace's mirror: sid's Sources index named bluez 5.87-5 while the pool had
   # only its orig tarball (the .dsc and .debian.tar.xz answered 404). Build the upstream tarball
   # then, without Debian's patches, and say so (the build's ORIGIN file, the bed's log).
   say "apt-get source bluez=$debver failed (see $log); trying the upstream tarball alone"
   rm -rf "$dir/dl"/*
-  apt-get source -q --tar-only "bluez=$debver" >>"$log" 2>&1 || die "apt-get source --tar-only bluez=$debver failed (see $log)"
+  apt-get "${APT_OPTS[@]}" source -q --tar-only "bluez=$debver" >>"$log" 2>&1 || die "apt-get source --tar-only bluez=$debver failed (see $log)"
   tarball=$(ls bluez_"$upstream".orig.tar.* | head -n1)
   tar xf "$tarball"
   origin="upstream bluez_$upstream.orig.tar (Debian source $debver's tarball; Debian's patches NOT applied: the .dsc was missing on the mirror)"

@@ -16,13 +16,19 @@ PKGS=(
   coreutils util-linux procps iproute2
 )
 
-# The guest kernel: Debian's 6.12 from bookworm-backports (linux-image-amd64), only for
-# /boot/vmlinuz-* and /lib/modules/* (hci_vhci, 9p). Not bookworm's own 6.1: its Bluetooth
-# stack BUGs (list_del corruption in hci_chan_del) on an encryption failure and, now and then,
-# on a bluetoothd restart under a live LE link, which made three scenarios unprovable
-# (Tests/testbed/README.md, "Known problems"). run-vm boots the newest kernel in /boot.
-have_kernel() { compgen -G '/boot/vmlinuz-6.1[2-9]*' >/dev/null; }
-BACKPORTS=/etc/apt/sources.list.d/paird-testbed-backports.list
+# The guest kernel: Debian's 6.12 from bookworm-backports (linux-image-6.12.*-amd64), fetched as a
+# package and unpacked into the bed's cache ($CACHE/kernel: boot/vmlinuz-*, lib/modules/*), never
+# installed on this host: no apt source is added, no kernel lands in /boot. apt reads a sources
+# list, package lists and a status file of its own under $CACHE/kernel-apt (the host's /etc/apt
+# and dpkg database are not written). run-vm boots it and the guest binds its modules over
+# /lib/modules/<version>. Not bookworm's own 6.1: its Bluetooth stack BUGs (list_del corruption
+# in hci_chan_del) on an encryption failure and, now and then, on a bluetoothd restart under a
+# live LE link, which made three scenarios unprovable (Tests/testbed/README.md, "Known problems").
+# Older versions of the bed wrote these; nothing reads them now. Said, not removed: they are in
+# the host's /etc/apt, which the bed no longer changes.
+for f in /etc/apt/sources.list.d/paird-testbed-backports.list /etc/apt/sources.list.d/paird-bluez-src.sources; do
+  [[ -e $f ]] && echo "install-deps: $f was written by an older version of the bed and is no longer used (to remove it: sudo rm $f && sudo apt-get update)"
+done
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -36,6 +42,34 @@ done
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUMBLE_VERSION=0.0.236
 . "$REPO/Tests/testbed/bed-cache"; VENV=${BED_BUMBLE_VENV:-$(bed_cache_dir "$REPO")/bumble-venv}
+KDIR=${BED_KERNEL_DIR:-$(bed_cache_dir "$REPO")/kernel}
+have_kernel() { compgen -G "$KDIR/boot/vmlinuz-6.1[2-9]*" >/dev/null; }
+fetch_kernel() {
+  local apt_dir=${KDIR%/}-apt tmp pkg opts
+  echo "install-deps: fetching Debian's 6.12 kernel package (bookworm-backports) into $KDIR; nothing is installed on this host"
+  mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial"
+  echo "deb http://deb.debian.org/debian bookworm-backports main" >"$apt_dir/sources.list"
+  : >"$apt_dir/status"
+  opts=(-o "Dir::Etc::SourceList=$apt_dir/sources.list" -o "Dir::Etc::SourceParts=$apt_dir/none"
+        -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::State::status=$apt_dir/status"
+        -o "Dir::Cache=$apt_dir/cache" -o "APT::Get::List-Cleanup=0" -o "APT::Sandbox::User=root")
+  apt-get "${opts[@]}" -q update >/dev/null || { echo "install-deps: apt-get update of bookworm-backports failed" >&2; return 1; }
+  # the metapackage names the kernel it stands for
+  pkg=$(apt-cache "${opts[@]}" depends linux-image-amd64 2>/dev/null | awk '$1 == "Depends:" && $2 ~ /^linux-image-6\.1[2-9]/ { print $2; exit }')
+  [[ -n $pkg ]] || { echo "install-deps: no linux-image-6.12 in bookworm-backports' linux-image-amd64" >&2; return 1; }
+  tmp=$(mktemp -d "${TMPDIR:-/tmp}/bed-kernel.XXXXXX")
+  (cd "$tmp" && apt-get "${opts[@]}" -q download "$pkg" >/dev/null) || { rm -rf "$tmp"; echo "install-deps: apt-get download $pkg failed" >&2; return 1; }
+  rm -rf "$KDIR.part" && mkdir -p "$KDIR.part" && dpkg-deb -x "$tmp"/*.deb "$KDIR.part" || { rm -rf "$tmp" "$KDIR.part"; return 1; }
+  # merged /usr (trixie's packages put modules under usr/lib): one place for run-vm to look
+  [[ -d $KDIR.part/lib/modules || ! -d $KDIR.part/usr/lib/modules ]] || ln -s usr/lib "$KDIR.part/lib"
+  # modules.dep is made by the package's postinst (depmod), which never runs here
+  local v; for v in "$KDIR.part"/lib/modules/*; do
+    /sbin/depmod -b "$KDIR.part" "${v##*/}" || { rm -rf "$tmp" "$KDIR.part"; echo "install-deps: depmod failed" >&2; return 1; }
+  done
+  rm -rf "$tmp" "$KDIR" && mv "$KDIR.part" "$KDIR"
+  have_kernel || { echo "install-deps: $pkg unpacked, but no vmlinuz-6.12 in $KDIR/boot" >&2; return 1; }
+  echo "install-deps: $pkg unpacked into $KDIR ($(du -sh "$KDIR" | cut -f1))"
+}
 have_bumble() {
   "$VENV/bin/python" -c "import importlib.metadata as m, bumble.device; assert m.version('bumble') == '$BUMBLE_VERSION'" 2>/dev/null
 }
@@ -50,33 +84,30 @@ ensure_bumble() {
 }
 
 if ((${#missing[@]} == 0)) && have_kernel; then
-  echo "install-deps: all ${#PKGS[@]} packages and a 6.12 kernel present"
+  echo "install-deps: all ${#PKGS[@]} packages present; the guest kernel in $KDIR"
   ensure_bumble
   exit
 fi
 
+# Made for Debian 12 (bookworm): the package names, the backports kernel and Bumble's Python are
+# bookworm's. Anywhere else, say so and stop, rather than change a host it was not made for.
+. /etc/os-release 2>/dev/null || true
+if [[ "${ID:-}:${VERSION_ID:-}" != debian:12 && ${BED_ANY_DISTRO:-0} != 1 ]]; then
+  echo "install-deps: the test bed is made for Debian 12 (bookworm); this is ${PRETTY_NAME:-an unknown system}." >&2
+  echo "install-deps: it would install: ${missing[*]:-nothing from apt}$(have_kernel || echo '; Debian 6.12 kernel package, unpacked into '"$KDIR")" >&2
+  echo "install-deps: nothing was changed. BED_ANY_DISTRO=1 tries anyway." >&2
+  exit 1
+fi
 SUDO=; [[ $(id -u) == 0 ]] || SUDO=sudo
 export DEBIAN_FRONTEND=noninteractive
-if ! have_kernel && ! grep -rqs '^deb .*bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
-  echo "install-deps: adding bookworm-backports ($BACKPORTS) for the guest kernel"
-  echo "deb http://deb.debian.org/debian bookworm-backports main" | $SUDO tee "$BACKPORTS" >/dev/null
-fi
-echo "install-deps: installing ${missing[*]:-}$(have_kernel || echo ' linux-image-amd64 (bookworm-backports)')"
-$SUDO apt-get update -q
-# linux-image-amd64 may complain about the boot loader inside a container; the kernel and
-# modules land in /boot and /lib/modules anyway, which is all the bed uses.
 if ((${#missing[@]})); then
+  echo "install-deps: installing from this host's apt sources: ${missing[*]}"
+  $SUDO apt-get update -q
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" || {
     command -v qemu-system-x86_64 >/dev/null && command -v btvirt >/dev/null || exit 1
     echo "install-deps: apt-get reported an error, but the bed's tools are present; continuing" >&2
   }
 fi
-if ! have_kernel; then
-  $SUDO apt-get install -y -q --no-install-recommends -t bookworm-backports linux-image-amd64 || {
-    have_kernel || exit 1
-    echo "install-deps: apt-get reported an error, but the kernel is in /boot; continuing" >&2
-  }
-fi
-have_kernel || { echo "install-deps: no 6.12 kernel in /boot after installing" >&2; exit 1; }
+have_kernel || fetch_kernel || exit 1
 ensure_bumble || exit 1
 echo "install-deps: done"
