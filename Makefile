@@ -8,7 +8,7 @@ RELEASE_BIN   = .build/release
 # Release binaries link the Swift runtime statically (and only FoundationEssentials): paird's
 # RSS 25.9 → 14.1 MB, pairctl starts in half the time (BENCHMARKS.md §2). Every release build
 # passes the same flags, or SwiftPM would rebuild .build/release back and forth.
-RELEASE       = $(SWIFT) build -c release --static-swift-stdlib
+RELEASE       = PAIRD_VERSION=$(DEB_VERSION) $(SWIFT) build -c release --static-swift-stdlib
 
 .PHONY: all deps build release test unit e2e e2e-ci e2e-all e2e-versions bluez-builds demo bench soak dist-docs deb install uninstall purge clean
 
@@ -18,7 +18,7 @@ deps:
 	Tests/install-build-deps.sh
 
 build: deps
-	$(SWIFT) build
+	PAIRD_VERSION=$(DEB_VERSION) $(SWIFT) build
 
 release: deps
 	$(RELEASE) --product paird
@@ -37,7 +37,7 @@ test:
 ## unit: PairingCore, the C modules, the event loop, D-Bus against a private dbus-daemon,
 ## BlueZ against python-dbusmock, the daemon and pairctl binaries against the mock.
 unit: deps release
-	$(SWIFT) build --build-tests
+	PAIRD_VERSION=$(DEB_VERSION) $(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
 
 ## e2e: the real kernel Bluetooth stack, bluetoothd 5.66 and virtual wearables in qemu VMs: Bumble
@@ -91,7 +91,7 @@ bench: deps release
 
 ## soak: the long reliability runs (the short versions run in `make test`).
 soak: deps release
-	$(SWIFT) build --build-tests
+	PAIRD_VERSION=$(DEB_VERSION) $(SWIFT) build --build-tests
 	PAIRD_SOAK_KILLS=$${PAIRD_SOAK_KILLS:-200} $(SWIFT) test --skip-build --filter ReliabilityTests
 	Tests/testbed/install-deps.sh
 	BED_WEARABLE=bluez PAIRD_BIN=$(CURDIR)/$(RELEASE_BIN)/paird PAIRCTL_BIN=$(CURDIR)/$(RELEASE_BIN)/pairctl Tests/testbed/run-vm --out testbed-out/soak Tests/bench/soak.py
@@ -100,14 +100,16 @@ soak: deps release
 ## from etc/paird/paird.conf) and pairctl's bash/zsh/fish completions, into .build/dist.
 VERSION      := $(shell sed -n 's/.*static let version = "\(.*\)"/\1/p' Sources/PairingCore/API.swift)
 # The package version: the code's version, then git's count and commit (and .dirty for a tree
-# with uncommitted changes), so each commit's package upgrades the one before.
+# with uncommitted changes), so each commit's package upgrades the one before. The binaries carry
+# the same string (`--version`, D-Bus `Version`): every $(SWIFT) build here passes it as
+# PAIRD_VERSION (Package.swift gives it to CBuildInfo alone; plain `swift build`: the code's version).
 DEB_VERSION  := $(VERSION)+git$(shell git rev-list --count HEAD 2>/dev/null || echo 0).$(shell git describe --always --dirty=.dirty 2>/dev/null || echo unknown)
 DIST          = .build/dist
 dist-docs: release
 	mkdir -p $(DIST)/man $(DIST)/completions
 	# swift-argument-parser's generate-manual plugin builds its tool (and the debug products it
 	# would document); the tool then documents the release binaries, each in its own section.
-	$(SWIFT) package --allow-writing-to-package-directory generate-manual --configuration debug >/dev/null
+	PAIRD_VERSION=$(DEB_VERSION) $(SWIFT) package --allow-writing-to-package-directory generate-manual --configuration debug >/dev/null
 	tool=$$($(SWIFT) build --show-bin-path)/generate-manual-tool; \
 	  $$tool $(RELEASE_BIN)/pairctl --section 1 --authors 'paird developers' -o $(DIST)/man && \
 	  $$tool $(RELEASE_BIN)/paird --section 8 --authors 'paird developers' -o $(DIST)/man

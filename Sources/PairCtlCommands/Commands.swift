@@ -1,4 +1,5 @@
 import ArgumentParser
+import BuildInfo
 import DBus
 import EventLoop
 #if canImport(FoundationEssentials)
@@ -23,7 +24,7 @@ public struct Pairctl: ParsableCommand {
         Exit status:
         \(PairctlExit.allCases.map { "  \(padded(String($0.rawValue), 3)) \($0.meaning)" }.joined(separator: "\n"))
         """,
-        version: PairdAPI.version,
+        version: "pairctl \(BuildInfo.version)",
         subcommands: [Pair.self, Unpair.self, Connect.self, Disconnect.self, List.self, Status.self, Watch.self],
         defaultSubcommand: Status.self)
 

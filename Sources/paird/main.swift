@@ -1,4 +1,5 @@
 import ArgumentParser
+import BuildInfo
 #if canImport(FoundationEssentials)
 import FoundationEssentials
 #else
@@ -21,7 +22,7 @@ struct PairdCommand: ParsableCommand {
         Exit status: 0 after SIGTERM/SIGINT, 1 on a runtime failure, 64 on bad arguments,
         78 on a bad configuration file (systemd does not restart it for that).
         """,
-        version: PairdAPI.version)
+        version: "paird \(BuildInfo.version)")
 
     static let defaultConfig = "/etc/paird/paird.conf"
 
