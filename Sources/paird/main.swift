@@ -53,15 +53,17 @@ struct PairdCommand: ParsableCommand {
         let configPath = config ?? Self.defaultConfig
         if verbose { log.minimumPriority = .debug }
         if checkConfig {
-            do {
-                let (_, warnings) = try DaemonConfig.load(path: configPath, mustExist: config != nil)
-                for w in warnings { print("warning: \(w)") }
-                print("\(configPath): OK")
-                return
-            } catch {
-                log.error("\(error)")
+            // Every error, not only the first; a missing file (allowed without --config) is "no
+            // file, defaults", not "OK".
+            let checked = DaemonConfig.check(path: configPath, mustExist: config != nil)
+            for w in checked.warnings { print("warning: \(w)") }
+            for e in checked.errors { log.error("\(e)") }
+            if !checked.errors.isEmpty {
+                print("\(configPath): \(checked.errors.count) error(s)")
                 throw ExitCode(78)
             }
+            print(checked.fileExists ? "\(configPath): OK" : "\(configPath): no file, defaults")
+            return
         }
         let statePath = stateFile ?? ProcessInfo.processInfo.environment["STATE_DIRECTORY"]
             .flatMap { $0.split(separator: ":").first.map { "\($0)/state.json" } } ?? "/var/lib/paird/state.json"
