@@ -258,7 +258,7 @@ struct Watch: ParsableCommand {
         _ = try client.status() // fail fast, with the right exit code, when paird is not running
         func stamp() -> String { timestamp(Date()) }
         if !Self.mayReceiveData() {
-            writeAll(2, "pairctl: notifications and battery levels reach only root and the bluetooth group (paird's D-Bus policy): showing state changes only\n")
+            writeAll(2, "pairctl: notifications and battery levels reach only root and the bluetooth group (paird's D-Bus policy): showing state changes only (\(PairctlError.joinBluetoothGroup))\n")
         }
         onPairdPresence(client) { up in say("\(stamp()) paird \(up ? "is back" : "stopped (waiting for it to come back)")") }
         client.on("Notification") { args in
