@@ -32,6 +32,13 @@ public struct Pairctl: ParsableCommand {
 
     /// Runs pairctl with `arguments` and returns its exit code (the @main calls exit with it).
     public static func run(_ arguments: [String]) -> Int32 {
+        // `pairctl help VERB`: the parser's help verb shows the top-level help, exit 0, for a verb
+        // that does not exist; that is a bad argument here.
+        if arguments.first == "help", let verb = arguments.dropFirst().first(where: { !$0.hasPrefix("-") }),
+           !configuration.subcommands.contains(where: { $0._commandName == verb }) {
+            writeAll(2, "pairctl: help: no such command \"\(verb)\" (see 'pairctl --help')\n")
+            return PairctlExit.usage.rawValue
+        }
         do {
             var command = try parseAsRoot(arguments)
             try command.run()
@@ -136,8 +143,14 @@ struct List: ParsableCommand {
     var json = false
 
     func run() throws {
-        let client = try PairdClient()
-        let devices = try client.status().devices
+        let devices: [StatusDocument.Device]
+        do {
+            devices = try PairdClient().status().devices
+        } catch let e {
+            // JSON readers get an object on stdout too (and the exit code): never nothing.
+            if json { say(ListDocument.failure(e)) }
+            throw e
+        }
         if json {
             say(ListDocument(devices: devices).json())
             return
@@ -152,6 +165,12 @@ struct ListDocument: Encodable {
     var schemaVersion = StatusDocument.schemaVersion
     var devices: [StatusDocument.Device]
     func json() -> String { compactJSON(self) }
+
+    /// `list --json` when it cannot list: `{"devices":[],"error":"…","exit":3,"schemaVersion":1}`.
+    static func failure(_ e: PairctlError) -> String {
+        struct Failed: Encodable { var schemaVersion = StatusDocument.schemaVersion; var devices: [String] = []; var error: String; var exit: Int32 }
+        return compactJSON(Failed(error: e.message, exit: e.exit.rawValue))
+    }
 
     /// A follow mode's line for something that is not a status document (paird gone / back).
     static func event(_ name: String) -> String {
@@ -184,12 +203,13 @@ struct Status: ParsableCommand {
             if json { say(StatusDocument(daemon: StatusDocument.Daemon(running: false, error: e.message), adapter: nil, pairing: nil, devices: []).json(pretty: false)) }
             throw e
         }
+        // pairctl's one JSON style: compact, one object per line (also without --watch).
         func show() throws {
             do {
                 let s = try client.status()
-                say(json ? s.json(pretty: !watch) : StatusText.render(s))
+                say(json ? s.json(pretty: false) : StatusText.render(s))
             } catch let e {
-                if json { say(StatusDocument(daemon: StatusDocument.Daemon(running: false, error: e.message), adapter: nil, pairing: nil, devices: []).json(pretty: !watch)) }
+                if json { say(StatusDocument(daemon: StatusDocument.Daemon(running: false, error: e.message), adapter: nil, pairing: nil, devices: []).json(pretty: false)) }
                 throw e
             }
         }

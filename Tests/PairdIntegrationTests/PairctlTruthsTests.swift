@@ -59,4 +59,61 @@ struct PairctlTruthsTests {
         #expect(r.status == 0, "\(r.err)")
         #expect(r.out.trimmingCharacters(in: .whitespacesAndNewlines) == "/etc/paird/paird.conf: no file, defaults")
     }
+
+    /// Parses one line of JSON output into an object (fails the test if it is not one).
+    static func object(_ line: some StringProtocol) throws -> [String: Any] {
+        guard let o = try JSONSerialization.jsonObject(with: Data(String(line).utf8)) as? [String: Any] else {
+            throw Failure("not a JSON object: \(line)")
+        }
+        return o
+    }
+
+    @Test("one JSON style: status --json, list --json and pair --json are compact, one object per line; pair's exit is a number")
+    func jsonStyle() throws {
+        let host = try MockedHost()
+        // paird down: status, list and pair still print an object, and exit 3
+        for args in [["status", "--json"], ["list", "--json"], ["pair", "--any", "--json"]] {
+            let r = host.run(MockedHost.pairctlBin, args)
+            #expect(r.status == 3, "\(args): \(r.err)")
+            let lines = r.out.split(separator: "\n")
+            #expect(lines.count == 1, "\(args): one compact line: \(r.out)")
+            let o = try Self.object(lines.first ?? "")
+            #expect(o["schemaVersion"] as? Int == 1 || args[0] == "pair", "\(args): \(o)")
+            if args[0] == "list" {
+                #expect(o["exit"] as? Int == 3, "\(o)")
+                #expect((o["error"] as? String)?.contains("not running") == true, "\(o)")
+                #expect((o["devices"] as? [Any])?.isEmpty == true, "\(o)")
+            }
+            if args[0] == "pair" {
+                #expect(o["event"] as? String == "failed")
+                #expect(o["exit"] is NSNumber && !(o["exit"] is String) && (o["exit"] as? Int) == 3, "a number: \(o)")
+            }
+        }
+        try host.startPaird()
+        for args in [["status", "--json"], ["list", "--json"]] {
+            let r = host.run(MockedHost.pairctlBin, args)
+            #expect(r.status == 0, "\(args): \(r.err)")
+            #expect(r.out.split(separator: "\n").count == 1, "\(args): compact: \(r.out)")
+            _ = try Self.object(r.out)
+        }
+        // a pairing that finds nothing: the failed line carries exit 5, as a number
+        let r = host.run(MockedHost.pairctlBin, ["pair", "00:AA:01:01:00:09", "--timeout", "1", "--json"])
+        #expect(r.status == 5, "\(r.out) \(r.err)")
+        let last = try Self.object(r.out.split(separator: "\n").last ?? "")
+        #expect(last["event"] as? String == "failed" && last["exit"] as? Int == 5 && !(last["exit"] is String), "\(last)")
+        #expect(r.out.split(separator: "\n").filter { $0.contains("\"failed\"") }.count == 1, "one failed line: \(r.out)")
+    }
+
+    @Test("pairctl help VERB: an unknown verb is a usage error (64); a known one shows its help (0)")
+    func helpOfUnknownVerb() throws {
+        let host = try MockedHost()
+        let bogus = host.pairctl("help", "bogus")
+        #expect(bogus.status == 64)
+        #expect(bogus.err.hasPrefix("pairctl: ") && bogus.err.contains("bogus"), "\(bogus.err)")
+        #expect(bogus.out.isEmpty)
+        let pair = host.pairctl("help", "pair")
+        #expect(pair.status == 0)
+        #expect(pair.out.contains("--passkey"), "pair's own help")
+        #expect(host.pairctl("help").status == 0)
+    }
 }
