@@ -271,27 +271,78 @@ struct Watch: ParsableCommand {
 
     static let configuration = CommandConfiguration(
         abstract: "Print forwarded notifications and state changes as lines until interrupted.",
-        discussion: "Lines: `<time> <address> notify <characteristic-uuid> <hex value>`, `<time> <address> state <state> [reason]`, `<time> <address> battery <percent>`. Notifications and battery levels reach only root and members of the bluetooth group (paird's D-Bus policy); anyone else sees the state lines only.")
+        discussion: """
+        Lines: `<time> <address> notify <characteristic-uuid> <hex value> [(decoded)]`, `<time> <address> state <state> [reason]`, `<time> <address> battery <percent>`. \
+        The standard characteristics pairctl knows are decoded after the hex: Heart Rate Measurement (2a37) as `(heart rate: 72 bpm, contact, energy 12 kJ, RR 812.5 ms)`, \
+        Battery Level (2a19) as `(battery level: 87%)`; a malformed value, or any other characteristic, is hex only. \
+        --json: one object per line, `{"event":"notify","address","characteristic","hex","time"}` plus `heartRate` \
+        ({"bpm","sensorContact","energyExpended","rrIntervals"} in ms; null when not reported) or `batteryLevel` when decoded; \
+        `{"event":"state","address","state","reason"}`, `{"event":"battery","address","percent"}`, `{"event":"paird-gone"|"paird-back"}`. \
+        Notifications and battery levels reach only root and members of the bluetooth group (paird's D-Bus policy); anyone else sees the state lines only.
+        """)
+
+    @Flag(help: "One JSON object per line instead of text.")
+    var json = false
+
+    /// One `watch --json` line (absent keys left out; `heartRate` or `batteryLevel` only when decoded).
+    struct Line: Encodable {
+        var event: String
+        var time = Date()
+        var address: String
+        var characteristic: String?
+        var hex: String?
+        var heartRate: Characteristic.HeartRate?
+        var batteryLevel: Int?
+        var state: String?
+        var reason: String?
+        var percent: Int?
+    }
+
+    /// The text of a notification line after the time: `<address> notify <uuid> <hex>[ (decoded)]`.
+    static func notifyText(_ address: String, _ uuid: String, _ value: [UInt8]) -> String {
+        let decoded = Characteristic.decode(uuid, value).map { d -> String in
+            switch d {
+            case .heartRate: " (heart rate: \(Characteristic.text(d)))"
+            case .battery(let p): " (battery level: \(p)%)"
+            }
+        } ?? ""
+        return "\(address) notify \(uuid) \(hex(value))\(decoded)"
+    }
+
+    static func notifyJSON(_ address: String, _ uuid: String, _ value: [UInt8], time: Date = Date()) -> String {
+        var line = Line(event: "notify", time: time, address: address, characteristic: uuid, hex: hex(value))
+        switch Characteristic.decode(uuid, value) {
+        case .heartRate(let hr)?: line.heartRate = hr
+        case .battery(let p)?: line.batteryLevel = p
+        case nil: break
+        }
+        return compactJSON(line)
+    }
 
     func run() throws {
         let client = try PairdClient()
         _ = try client.status() // fail fast, with the right exit code, when paird is not running
         func stamp() -> String { timestamp(Date()) }
+        let json = self.json
         if !Self.mayReceiveData() {
             writeAll(2, "pairctl: notifications and battery levels reach only root and the bluetooth group (paird's D-Bus policy): showing state changes only (\(PairctlError.joinBluetoothGroup))\n")
         }
-        onPairdPresence(client) { up in say("\(stamp()) paird \(up ? "is back" : "stopped (waiting for it to come back)")") }
+        onPairdPresence(client) { up in
+            say(json ? ListDocument.event(up ? "paird-back" : "paird-gone") : "\(stamp()) paird \(up ? "is back" : "stopped (waiting for it to come back)")")
+        }
         client.on("Notification") { args in
             guard args.count == 3, let a = args[0].string, let c = args[1].string, let v = args[2].bytes else { return }
-            say("\(stamp()) \(a) notify \(c) \(hex(v))")
+            say(json ? Self.notifyJSON(a, c, v) : "\(stamp()) \(Self.notifyText(a, c, v))")
         }
         client.on("StateChanged") { args in
             guard args.count == 3, let a = args[0].string, let s = args[1].string else { return }
-            say("\(stamp()) \(a) state \(s)\((args[2].string ?? "").isEmpty ? "" : " " + args[2].string!)")
+            let reason = args[2].string ?? ""
+            say(json ? compactJSON(Line(event: "state", address: a, state: s, reason: reason.isEmpty ? nil : reason))
+                : "\(stamp()) \(a) state \(s)\(reason.isEmpty ? "" : " " + reason)")
         }
         client.on("Battery") { args in
             guard args.count == 2, let a = args[0].string, let p = args[1].uint8 else { return }
-            say("\(stamp()) \(a) battery \(p)")
+            say(json ? compactJSON(Line(event: "battery", address: a, percent: Int(p))) : "\(stamp()) \(a) battery \(p)")
         }
         try client.runUntil { false }
     }

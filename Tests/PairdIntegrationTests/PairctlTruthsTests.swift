@@ -116,4 +116,43 @@ struct PairctlTruthsTests {
         #expect(pair.out.contains("--passkey"), "pair's own help")
         #expect(host.pairctl("help").status == 0)
     }
+
+    /// Emits paird's `Notification` signals (as paird forwards them) on the private bus for `seconds`.
+    static func emitNotifications(_ host: MockedHost, seconds: Double) -> MockedHost.Ran {
+        host.python("""
+            import time
+            def signal(member, sig, args):
+                m = dbus.lowlevel.SignalMessage('/org/paird1', 'org.paird1.Manager1', member)
+                m.append(*args, signature=sig)
+                b.send_message(m)
+            end = time.time() + \(seconds)
+            while time.time() < end:
+                signal('Notification', 'ssay', ['\(MockedHost.watch)', '00002a37-0000-1000-8000-00805f9b34fb', dbus.ByteArray(b'\\x16\\x48\\x40\\x03')])
+                signal('Notification', 'ssay', ['\(MockedHost.watch)', '00002a37-0000-1000-8000-00805f9b34fb', dbus.ByteArray(b'\\x01\\x48')])
+                signal('Notification', 'ssay', ['\(MockedHost.watch)', '00002a5b-0000-1000-8000-00805f9b34fb', dbus.ByteArray(b'\\x00\\x48')])
+                b.flush()
+                time.sleep(0.2)
+            """)
+    }
+
+    @Test("pairctl watch decodes heart rate (bpm, contact, RR) and leaves malformed and unknown values in hex, in text and JSON (the real binary)")
+    func watchDecodes() throws {
+        let host = try MockedHost()
+        try host.startPaird()
+        let text = host.start(MockedHost.pairctlBin, ["watch"], timeout: 1)
+        let json = host.start(MockedHost.pairctlBin, ["watch", "--json"], timeout: 1)
+        #expect(Self.emitNotifications(host, seconds: 3).status == 0)   // both subscribed well before its end
+        let t = text.finish(), j = json.finish()   // each killed 1 s later
+        let lines = t.out.split(separator: "\n").map(String.init)
+        #expect(lines.contains { $0.hasSuffix(" notify 00002a37-0000-1000-8000-00805f9b34fb 16484003 (heart rate: 72 bpm, contact, RR 812.5 ms)") }, "\(t.out) \(t.err)")
+        #expect(lines.contains { $0.hasSuffix(" notify 00002a37-0000-1000-8000-00805f9b34fb 0148") }, "malformed: hex only: \(t.out)")
+        #expect(lines.contains { $0.hasSuffix(" notify 00002a5b-0000-1000-8000-00805f9b34fb 0048") }, "unknown: hex only: \(t.out)")
+        let objects = try j.out.split(separator: "\n").map(Self.object)
+        let decoded = objects.first { $0["hex"] as? String == "16484003" }
+        let hr = decoded?["heartRate"] as? [String: Any]
+        #expect(hr?["bpm"] as? Int == 72 && hr?["rrIntervals"] as? [Double] == [812.5], "\(j.out) \(j.err)")
+        #expect(decoded?["event"] as? String == "notify" && decoded?["address"] as? String == MockedHost.watch)
+        let malformed = objects.first { $0["hex"] as? String == "0148" }
+        #expect(malformed != nil && malformed?["heartRate"] == nil, "\(j.out)")
+    }
 }
