@@ -39,6 +39,13 @@ public struct Pairctl: ParsableCommand {
             writeAll(2, "pairctl: help: no such command \"\(verb)\" (see 'pairctl --help')\n")
             return PairctlExit.usage.rawValue
         }
+        // `pairctl` alone is `pairctl status`, but a word that is no verb is a mistyped verb, not
+        // a wearable to look up: `pairctl status WEARABLE` names one.
+        if let verb = arguments.first(where: { !$0.hasPrefix("-") }), verb != "help",
+           !configuration.subcommands.contains(where: { $0._commandName == verb }) {
+            writeAll(2, "pairctl: unknown command \"\(verb)\" (to show one wearable: pairctl status \(verb)) (see 'pairctl --help')\n")
+            return PairctlExit.usage.rawValue
+        }
         do {
             var command = try parseAsRoot(arguments)
             try command.run()
@@ -84,19 +91,31 @@ struct DeviceArgument: ParsableArguments {
 
     func resolve(_ client: PairdClient) throws -> DeviceAddress {
         if let text = address, let a = DeviceAddress(text) { return a }
-        if let name = address {
-            let named = try client.status().devices.filter { $0.name.lowercased() == name.lowercased() }
-            switch named.count {
-            case 1: return DeviceAddress(named[0].address)!
-            case 0: throw PairctlError(.unknownDevice, "no paired wearable is named \"\(name)\" (pairctl list)")
-            default: throw PairctlError(.usage, "\(named.count) wearables are named \"\(name)\": give the address (\(named.map(\.address).joined(separator: ", ")))")
-            }
-        }
+        if let name = address { return DeviceAddress(try Self.find(name, in: client.status().devices).address)! }
         let devices = try client.status().devices
         switch devices.count {
         case 1: return DeviceAddress(devices[0].address)!
         case 0: throw PairctlError(.unknownDevice, "no wearable is paired")
         default: throw PairctlError(.usage, "\(devices.count) wearables are paired: name one (\(devices.map(\.address).joined(separator: ", ")))")
+        }
+    }
+}
+
+extension DeviceArgument {
+    /// The paired wearable `text` names: its address (any case) or its name as status shows it
+    /// (any case). None: exit 7 (unknown device); several of that name: exit 64 (give the address).
+    static func find(_ text: String, in devices: [StatusDocument.Device]) throws(PairctlError) -> StatusDocument.Device {
+        if let a = DeviceAddress(text) {
+            guard let d = devices.first(where: { DeviceAddress($0.address) == a }) else {
+                throw PairctlError(.unknownDevice, "no paired wearable has the address \(a) (pairctl list)")
+            }
+            return d
+        }
+        let named = devices.filter { $0.name.lowercased() == text.lowercased() }
+        switch named.count {
+        case 1: return named[0]
+        case 0: throw PairctlError(.unknownDevice, "no paired wearable is named \"\(text)\" (pairctl list)")
+        default: throw PairctlError(.usage, "\(named.count) wearables are named \"\(text)\": give the address (\(named.map(\.address).joined(separator: ", ")))")
         }
     }
 }
@@ -136,11 +155,16 @@ struct Disconnect: ParsableCommand {
 
 struct List: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "List paired wearables, one per line: address, state, name.",
+        abstract: "List paired wearables, one per line under a header: address, state, name.",
         discussion: "--json: one object, {\"schemaVersion\": 1, \"devices\": [...]} with the devices as in status --json.")
 
     @Flag(help: "Print one JSON object instead of lines.")
     var json = false
+
+    @Flag(name: .customLong("no-legend"), help: "Leave out the header line (for scripts).")
+    var noLegend = false
+
+    static let header = "\(padded("ADDRESS", 17))  \(padded("STATE", 20))  NAME"
 
     func run() throws {
         let devices: [StatusDocument.Device]
@@ -155,8 +179,9 @@ struct List: ParsableCommand {
             say(ListDocument(devices: devices).json())
             return
         }
+        if !noLegend { say(Self.header) }
         for d in devices {
-            say("\(d.address)  \(padded(StatusText.human(d.state), 20))  \(d.name)")
+            say("\(padded(d.address, 17))  \(padded(StatusText.human(d.state), 20))  \(d.name)")
         }
     }
 }
@@ -189,13 +214,37 @@ func onPairdPresence(_ client: PairdClient, _ handler: @escaping (_ up: Bool) ->
 }
 
 struct Status: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Show the adapter, any pairing in progress, and every wearable's state.")
+    static let configuration = CommandConfiguration(
+        abstract: "Show the adapter, any pairing in progress, and every wearable's state (or one wearable's).",
+        discussion: """
+        Text lines fit 100 columns; times are relative ("since 3 min ago", "in 4.0 s"). --json has the \
+        absolute times (RFC 3339, UTC) and, with a WEARABLE, the one device in `devices`. A WEARABLE \
+        that is not paired is exit 7.
+        """)
+
+    @Argument(help: ArgumentHelp("Show only this wearable: its address (any case) or its name as status shows it (any case).",
+                                 valueName: "wearable"))
+    var wearable: String?
 
     @Flag(help: "Print one JSON object (with --watch: one per line, on every change).")
     var json = false
 
     @Flag(help: "Keep printing the status on every change until interrupted.")
     var watch = false
+
+    func validate() throws {
+        if let w = wearable, DeviceAddress(w) == nil, DeviceArgument.looksLikeAddress(w) || trimmed(w).isEmpty {
+            throw ValidationError("\"\(w)\" is not a Bluetooth address (expected AA:BB:CC:DD:EE:FF) or a name")
+        }
+    }
+
+    /// `s` with only the wearable asked for (all of them without one); unknown: exit 7.
+    func selected(_ s: StatusDocument) throws(PairctlError) -> StatusDocument {
+        guard let w = wearable else { return s }
+        var one = s
+        one.devices = [try DeviceArgument.find(w, in: s.devices)]
+        return one
+    }
 
     func run() throws {
         let client: PairdClient
@@ -205,13 +254,20 @@ struct Status: ParsableCommand {
         }
         // pairctl's one JSON style: compact, one object per line (also without --watch).
         func show() throws {
-            do {
-                let s = try client.status()
-                say(json ? s.json(pretty: false) : StatusText.render(s))
+            let all: StatusDocument
+            do throws(PairctlError) {
+                all = try client.status()
             } catch let e {
                 if json { say(StatusDocument(daemon: StatusDocument.Daemon(running: false, error: e.message), adapter: nil, pairing: nil, devices: []).json(pretty: false)) }
                 throw e
             }
+            let s: StatusDocument
+            do throws(PairctlError) { s = try selected(all) } catch let e {
+                // not paired (7): --json still prints the status, with no device in it
+                if json { var none = all; none.devices = []; say(none.json(pretty: false)) }
+                throw e
+            }
+            say(json ? s.json(pretty: false) : wearable == nil ? StatusText.render(s) : StatusText.device(s.devices[0], now: Date()).joined(separator: "\n"))
         }
         guard watch else { return try show() }
         // Subscribed before the first fetch: a change between the two is never missed.
@@ -219,7 +275,12 @@ struct Status: ParsableCommand {
         var known: [String: String] = [:]
         var lastJSON = ""
         func changed() {
-            guard up, let s = try? client.status() else { return }
+            guard up, let all = try? client.status() else { return }
+            var s = all
+            if let w = wearable {
+                let a = DeviceAddress(w)
+                s.devices = s.devices.filter { a != nil ? DeviceAddress($0.address) == a : $0.name.lowercased() == w.lowercased() }
+            }
             if json {
                 // One change can come as two signals (StateChanged and PropertiesChanged): said once.
                 let line = s.json(pretty: false)
@@ -250,7 +311,7 @@ struct Status: ParsableCommand {
             if isUp { known = [:]; changed() }
         }
         try show()
-        if !json, let s = try? client.status() { for d in s.devices { known[d.address] = d.state } }
+        if !json, let s = try? selected(client.status()) { for d in s.devices { known[d.address] = d.state } }
         try client.runUntil { false }
     }
 }

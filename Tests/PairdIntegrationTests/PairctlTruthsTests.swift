@@ -155,4 +155,57 @@ struct PairctlTruthsTests {
         let malformed = objects.first { $0["hex"] as? String == "0148" }
         #expect(malformed != nil && malformed?["heartRate"] == nil, "\(j.out)")
     }
+
+    /// Pairs the mock's watch through pairctl (as IntegrationTests.pairWatch does).
+    static func pairWatch(_ host: MockedHost) throws {
+        try host.addDevice(MockedHost.watch)
+        let scans = host.adapterCalls("StartDiscovery")
+        let pairing = host.start(MockedHost.pairctlBin, ["pair", MockedHost.watch, "--timeout", "5"])
+        try host.advertise(MockedHost.watch, afterDiscoveries: scans)
+        try waitFor("paird to call Connect after pairing", deadline: 20) { host.calls("Connect") >= 1 }
+        try host.setDevice(MockedHost.watch, "'ServicesResolved': True")
+        let r = pairing.finish()
+        if r.status != 0 { throw Failure("pairctl pair: \(r.status) \(r.err)") }
+    }
+
+    @Test("status WEARABLE by address (any case) or name (any case); unknown: exit 7; list has a header, --no-legend drops it")
+    func oneWearable() throws {
+        let host = try MockedHost()
+        #expect(host.pairctl("status", "Watch").status == 3, "paird down: 3, as for status")
+        try host.startPaird()
+        try Self.pairWatch(host)
+        let watch = MockedHost.watch
+        for name in [watch.lowercased(), watch, "Watch", "WATCH"] {
+            let r = host.pairctl("status", name)
+            #expect(r.status == 0, "\(name): \(r.err)")
+            #expect(r.out.hasPrefix("Watch \(watch): connected, since "), "\(name): \(r.out)")
+            #expect(!r.out.contains("adapter:"), "only the wearable: \(r.out)")
+            #expect(r.out.split(separator: "\n").allSatisfy { $0.count <= 100 })
+            #expect(r.out.contains(" ago"), "relative time: \(r.out)")
+            #expect(r.out.firstMatch(of: /\d{4}-\d{2}-\d{2}T\d{2}/) == nil, "no absolute time in text: \(r.out)")
+        }
+        let j = host.pairctl("status", "--json", "watch")
+        #expect(j.status == 0)
+        let doc = try StatusDocument.decode(j.out)
+        #expect(doc.devices.map(\.address) == [watch])
+        #expect(j.out.contains("\"since\":\"20"), "the absolute time in --json: \(j.out)")
+        for unknown in ["Nobody", "00:AA:01:01:00:99"] {
+            let r = host.pairctl("status", unknown)
+            #expect(r.status == 7, "\(unknown): \(r.status) \(r.err)")
+            #expect(r.err.hasPrefix("pairctl: no paired wearable"), "\(r.err)")
+            let rj = host.pairctl("status", "--json", unknown)
+            #expect(rj.status == 7)
+            #expect(try StatusDocument.decode(rj.out).devices.isEmpty, "\(rj.out)")
+        }
+        #expect(host.pairctl("status", "00:11:22:33:44:GG").status == 64, "a malformed address is a usage error")
+        let verb = host.pairctl("Watch")
+        #expect(verb.status == 64 && verb.err.contains("unknown command \"Watch\""), "no verb: \(verb.err)")
+
+        let list = host.pairctl("list").out.split(separator: "\n").map(String.init)
+        #expect(list.count == 2, "\(list)")
+        #expect(list.first?.wholeMatch(of: /ADDRESS +STATE +NAME/) != nil, "\(list)")
+        #expect(list.last?.hasPrefix("\(watch)  connected") == true && list.last?.hasSuffix("  Watch") == true, "\(list)")
+        let bare = host.pairctl("list", "--no-legend").out.split(separator: "\n").map(String.init)
+        #expect(bare == [list[1]], "\(bare)")
+    }
 }
