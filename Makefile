@@ -96,7 +96,8 @@ soak: deps release
 	Tests/testbed/install-deps.sh
 	BED_WEARABLE=bluez PAIRD_BIN=$(CURDIR)/$(RELEASE_BIN)/paird PAIRCTL_BIN=$(CURDIR)/$(RELEASE_BIN)/pairctl Tests/testbed/run-vm --out testbed-out/soak Tests/bench/soak.py
 
-## dist-docs: manual pages (pairctl(1), paird(8) from the binaries' own --help, paird.conf(5)
+## dist-docs: manual pages (pairctl(1), paird(8) from the binaries' own --help (paird's through
+## debian/paird-man.py), paird.conf(5)
 ## from etc/paird/paird.conf) and pairctl's bash/zsh/fish completions, into .build/dist.
 VERSION      := $(shell sed -n 's/.*static let version = "\(.*\)"/\1/p' Sources/PairingCore/API.swift)
 # The package version: the code's version, then git's count and commit (and .dirty for a tree
@@ -111,9 +112,10 @@ dist-docs: release
 	# would document); the tool then documents the release binaries, each in its own section.
 	PAIRD_VERSION=$(DEB_VERSION) $(SWIFT) package --allow-writing-to-package-directory generate-manual --configuration debug >/dev/null
 	tool=$$($(SWIFT) build --show-bin-path)/generate-manual-tool; \
-	  $$tool $(RELEASE_BIN)/pairctl --section 1 --authors 'paird developers' -o $(DIST)/man && \
-	  $$tool $(RELEASE_BIN)/paird --section 8 --authors 'paird developers' -o $(DIST)/man
-	sed -i '/^$$/d' $(DIST)/man/pairctl.1 $(DIST)/man/paird.8   # groff: "empty input line"
+	  $$tool $(RELEASE_BIN)/pairctl --section 1 --authors 'paird developers' -o $(DIST)/man
+	sed -i '/^$$/d' $(DIST)/man/pairctl.1   # groff: "empty input line"
+	# paird has no verbs: its page from its own --help by a script (synopsis, FILES, EXAMPLES, exit codes)
+	$(RELEASE_BIN)/paird --experimental-dump-help | python3 debian/paird-man.py $(DEB_VERSION) > $(DIST)/man/paird.8
 	python3 debian/paird-conf-man.py etc/paird/paird.conf $(VERSION) > $(DIST)/man/paird.conf.5
 	for sh in bash zsh fish; do $(RELEASE_BIN)/pairctl --generate-completion-script $$sh > $(DIST)/completions/pairctl.$$sh; done
 	sed -i '1{/^#!/d}' $(DIST)/completions/pairctl.bash   # sourced, not run: no #! line

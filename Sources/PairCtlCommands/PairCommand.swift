@@ -40,7 +40,7 @@ struct Pair: ParsableCommand {
     var name: String?
 
     // .unconditional: "--timeout -1" is a bad value, not a missing one
-    @Option(parsing: .unconditional, help: ArgumentHelp("Seconds to scan before giving up (1–600, default: the daemon's ScanTimeout, 10).", valueName: "seconds"))
+    @Option(parsing: .unconditional, help: ArgumentHelp("Seconds to scan before giving up (1-600, default: the daemon's ScanTimeout, 10).", valueName: "seconds"))
     var timeout: UInt32?
 
     @Flag(help: "With no address, --service or --name: pair the first wearable that answers (asked on a terminal; required without one).")
@@ -58,8 +58,8 @@ struct Pair: ParsableCommand {
     func validate() throws {
         if let a = address, DeviceAddress(a) == nil { throw ValidationError("\"\(a)\" is not a Bluetooth address (expected AA:BB:CC:DD:EE:FF)") }
         for s in services where ServiceUUID.normalize(s) == nil { throw ValidationError("--service \"\(s)\" is not a UUID (e.g. 180d or 0000180d-0000-1000-8000-00805f9b34fb)") }
-        if let t = timeout, !(1...600).contains(t) { throw ValidationError("--timeout must be 1…600 seconds") }
-        if let p = passkey, Self.parsePasskey(p) == nil { throw ValidationError("--passkey must be 6 digits (000000–999999)") }
+        if let t = timeout, !(1...600).contains(t) { throw ValidationError("--timeout must be 1-600 seconds") }
+        if let p = passkey, Self.parsePasskey(p) == nil { throw ValidationError("--passkey must be 6 digits (000000-999999)") }
         if let n = name, trimmed(n).isEmpty { throw ValidationError("--name needs some text to match (it would match every device)") }
     }
 

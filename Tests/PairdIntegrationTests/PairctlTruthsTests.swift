@@ -208,4 +208,54 @@ struct PairctlTruthsTests {
         let bare = host.pairctl("list", "--no-legend").out.split(separator: "\n").map(String.init)
         #expect(bare == [list[1]], "\(bare)")
     }
+
+    static let repo = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    @Test("help strings are ASCII (the manual pages are made from them): every abstract and discussion of pairctl and paird")
+    func asciiHelp() throws {
+        let host = try MockedHost()
+        for bin in [MockedHost.pairctlBin, MockedHost.pairdBin] {
+            let dump = host.run(bin, ["--experimental-dump-help"])
+            #expect(dump.status == 0)
+            #expect(dump.out.contains("\"abstract\""), "the dump has the help text")
+            let odd = dump.out.unicodeScalars.filter { !$0.isASCII }
+            #expect(odd.isEmpty, "\(bin): non-ASCII \(odd.map { String($0) })")
+        }
+        for verb in ["pair", "status", "list", "watch", "unpair", "connect", "disconnect"] {
+            let help = host.pairctl(verb, "--help")
+            #expect(help.status == 0 && help.out.unicodeScalars.allSatisfy { $0.isASCII }, "\(verb)")
+        }
+    }
+
+    @Test("paird(8): a real synopsis (no subcommand, no help verb), exit codes 64 and 78, FILES, EXAMPLES, SEE ALSO")
+    func pairdManual() throws {
+        let host = try MockedHost()
+        let help = host.run(MockedHost.pairdBin, ["--help"])
+        for heading in ["Exit status:", "  64  bad arguments", "  78  a bad configuration file", "Files:", "Examples:", "See also:"] {
+            #expect(help.out.contains(heading), "paird --help: \(heading)")
+        }
+        let dump = host.run(MockedHost.pairdBin, ["--experimental-dump-help"])
+        let script = Self.repo.appendingPathComponent("debian/paird-man.py").path
+        // the dump on the script's stdin
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        p.arguments = [script, "1.2.3"]
+        let input = Pipe(), output = Pipe()
+        p.standardInput = input
+        p.standardOutput = output
+        try p.run()
+        input.fileHandleForWriting.write(Data(dump.out.utf8))
+        try input.fileHandleForWriting.close()
+        let man = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        #expect(p.terminationStatus == 0)
+        let sections = man.split(separator: "\n").filter { $0.hasPrefix(".SH ") }.map { String($0.dropFirst(4)) }
+        #expect(sections == ["NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "EXIT STATUS", "FILES", "EXAMPLES", "SEE ALSO", "AUTHORS"], "\(sections)")
+        let synopsis = man.components(separatedBy: ".SH SYNOPSIS\n").last?.components(separatedBy: ".SH").first ?? ""
+        #expect(synopsis.contains("\\-\\-config") && synopsis.contains("\\-\\-state\\-file") && !synopsis.contains("subcommand"), "\(synopsis)")
+        #expect(!man.contains("\\fBhelp\\fR") && !man.contains("\\fIhelp\\fR"), "no help verb")
+        #expect(man.contains(".TP\n\\fB64\\fR\nbad arguments") && man.contains(".TP\n\\fB78\\fR\n"), "exit codes")
+        #expect(man.contains("\\fBpairctl\\fR(1)") && man.contains("/etc/paird/paird.conf") && man.contains("paird 1.2.3"))
+        #expect(man.unicodeScalars.allSatisfy { $0.isASCII })
+    }
 }
