@@ -39,9 +39,10 @@ public struct Pairctl: ParsableCommand {
             writeAll(2, "pairctl: help: no such command \"\(verb)\" (see 'pairctl --help')\n")
             return PairctlExit.usage.rawValue
         }
-        // `pairctl` alone is `pairctl status`, but a word that is no verb is a mistyped verb, not
-        // a wearable to look up: `pairctl status WEARABLE` names one.
-        if let verb = arguments.first(where: { !$0.hasPrefix("-") }), verb != "help",
+        // `pairctl` alone is `pairctl status`, but a first word that is no verb is a mistyped verb,
+        // not a wearable to look up: `pairctl status WEARABLE` names one. (Only the first
+        // argument: `--generate-completion-script bash` has a value.)
+        if let verb = arguments.first, !verb.hasPrefix("-"), verb != "help",
            !configuration.subcommands.contains(where: { $0._commandName == verb }) {
             writeAll(2, "pairctl: unknown command \"\(verb)\" (to show one wearable: pairctl status \(verb)) (see 'pairctl --help')\n")
             return PairctlExit.usage.rawValue

@@ -200,6 +200,9 @@ struct PairctlTruthsTests {
         #expect(host.pairctl("status", "00:11:22:33:44:GG").status == 64, "a malformed address is a usage error")
         let verb = host.pairctl("Watch")
         #expect(verb.status == 64 && verb.err.contains("unknown command \"Watch\""), "no verb: \(verb.err)")
+        // an option's value is no verb (make dist-docs generates the completions so)
+        let completion = host.pairctl("--generate-completion-script", "bash")
+        #expect(completion.status == 0 && completion.out.contains("pairctl"), "\(completion.err)")
 
         let list = host.pairctl("list").out.split(separator: "\n").map(String.init)
         #expect(list.count == 2, "\(list)")
