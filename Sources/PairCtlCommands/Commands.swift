@@ -382,10 +382,16 @@ struct Watch: ParsableCommand {
     }
 
     func run() throws {
-        let client = try PairdClient()
-        _ = try client.status() // fail fast, with the right exit code, when paird is not running
-        func stamp() -> String { timestamp(Date()) }
         let json = self.json
+        let client: PairdClient
+        do {
+            client = try PairdClient()
+            _ = try client.status() // fail fast, with the right exit code, when paird is not running
+        } catch let e {
+            if json { say(Pair.failedLine(e)) }   // {"event":"failed","exit":3,"error":...}
+            throw e
+        }
+        func stamp() -> String { timestamp(Date()) }
         if !Self.mayReceiveData() {
             writeAll(2, "pairctl: notifications and battery levels reach only root and the bluetooth group (paird's D-Bus policy): showing state changes only (\(PairctlError.joinBluetoothGroup))\n")
         }

@@ -72,19 +72,19 @@ struct PairctlTruthsTests {
     func jsonStyle() throws {
         let host = try MockedHost()
         // paird down: status, list and pair still print an object, and exit 3
-        for args in [["status", "--json"], ["list", "--json"], ["pair", "--any", "--json"]] {
+        for args in [["status", "--json"], ["list", "--json"], ["pair", "--any", "--json"], ["watch", "--json"]] {
             let r = host.run(MockedHost.pairctlBin, args)
             #expect(r.status == 3, "\(args): \(r.err)")
             let lines = r.out.split(separator: "\n")
             #expect(lines.count == 1, "\(args): one compact line: \(r.out)")
             let o = try Self.object(lines.first ?? "")
-            #expect(o["schemaVersion"] as? Int == 1 || args[0] == "pair", "\(args): \(o)")
+            #expect(o["schemaVersion"] as? Int == 1 || ["pair", "watch"].contains(args[0]), "\(args): \(o)")
             if args[0] == "list" {
                 #expect(o["exit"] as? Int == 3, "\(o)")
                 #expect((o["error"] as? String)?.contains("not running") == true, "\(o)")
                 #expect((o["devices"] as? [Any])?.isEmpty == true, "\(o)")
             }
-            if args[0] == "pair" {
+            if args[0] == "pair" || args[0] == "watch" {
                 #expect(o["event"] as? String == "failed")
                 #expect(o["exit"] is NSNumber && !(o["exit"] is String) && (o["exit"] as? Int) == 3, "a number: \(o)")
             }
