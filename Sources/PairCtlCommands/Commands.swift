@@ -334,9 +334,10 @@ struct Watch: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Print forwarded notifications and state changes as lines until interrupted.",
         discussion: """
-        Lines: `<time> <address> notify <characteristic-uuid> <hex value> [(decoded)]`, `<time> <address> state <state> [reason]`, `<time> <address> battery <percent>`. \
-        The standard characteristics pairctl knows are decoded after the hex: Heart Rate Measurement (2a37) as `(heart rate: 72 bpm, contact, energy 12 kJ, RR 812.5 ms)`, \
-        Battery Level (2a19) as `(battery level: 87%)`; a malformed value, or any other characteristic, is hex only. \
+        Lines: `<time> <address> notify <characteristic-uuid> [(decoded)] <hex value>`, `<time> <address> state <state> [reason]`, `<time> <address> battery <percent>`. \
+        The standard characteristics pairctl knows are decoded before the hex (which stays the last field): Heart Rate Measurement (2a37) as \
+        `(heart rate: 72 bpm, contact, energy 12 kJ, RR 812.5 ms)`, Battery Level (2a19) as `(battery level: 87%)`; a malformed value, \
+        or any other characteristic, is hex only. \
         --json: one object per line, `{"event":"notify","address","characteristic","hex","time"}` plus `heartRate` \
         ({"bpm","sensorContact","energyExpended","rrIntervals"} in ms; null when not reported) or `batteryLevel` when decoded; \
         `{"event":"state","address","state","reason"}`, `{"event":"battery","address","percent"}`, `{"event":"paird-gone"|"paird-back"}`. \
@@ -360,15 +361,16 @@ struct Watch: ParsableCommand {
         var percent: Int?
     }
 
-    /// The text of a notification line after the time: `<address> notify <uuid> <hex>[ (decoded)]`.
+    /// The text of a notification line after the time: `<address> notify <uuid> [(decoded) ]<hex>`.
+    /// The hex stays the last field, as scripts read it (`line.split()[-1]`).
     static func notifyText(_ address: String, _ uuid: String, _ value: [UInt8]) -> String {
         let decoded = Characteristic.decode(uuid, value).map { d -> String in
             switch d {
-            case .heartRate: " (heart rate: \(Characteristic.text(d)))"
-            case .battery(let p): " (battery level: \(p)%)"
+            case .heartRate: "(heart rate: \(Characteristic.text(d))) "
+            case .battery(let p): "(battery level: \(p)%) "
             }
         } ?? ""
-        return "\(address) notify \(uuid) \(hex(value))\(decoded)"
+        return "\(address) notify \(uuid) \(decoded)\(hex(value))"
     }
 
     static func notifyJSON(_ address: String, _ uuid: String, _ value: [UInt8], time: Date = Date()) -> String {

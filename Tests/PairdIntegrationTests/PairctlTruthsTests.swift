@@ -144,7 +144,7 @@ struct PairctlTruthsTests {
         #expect(Self.emitNotifications(host, seconds: 3).status == 0)   // both subscribed well before its end
         let t = text.finish(), j = json.finish()   // each killed 1 s later
         let lines = t.out.split(separator: "\n").map(String.init)
-        #expect(lines.contains { $0.hasSuffix(" notify 00002a37-0000-1000-8000-00805f9b34fb 16484003 (heart rate: 72 bpm, contact, RR 812.5 ms)") }, "\(t.out) \(t.err)")
+        #expect(lines.contains { $0.hasSuffix(" notify 00002a37-0000-1000-8000-00805f9b34fb (heart rate: 72 bpm, contact, RR 812.5 ms) 16484003") }, "\(t.out) \(t.err)")
         #expect(lines.contains { $0.hasSuffix(" notify 00002a37-0000-1000-8000-00805f9b34fb 0148") }, "malformed: hex only: \(t.out)")
         #expect(lines.contains { $0.hasSuffix(" notify 00002a5b-0000-1000-8000-00805f9b34fb 0048") }, "unknown: hex only: \(t.out)")
         let objects = try j.out.split(separator: "\n").map(Self.object)

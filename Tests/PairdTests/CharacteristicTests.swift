@@ -43,7 +43,7 @@ struct CharacteristicTests {
         #expect(Characteristic.decode(uuid, [101]) == nil)
         #expect(Characteristic.decode(uuid, []) == nil)
         #expect(Characteristic.decode(uuid, [50, 1]) == nil)
-        #expect(Watch.notifyText("AA", uuid, [87]) == "AA notify \(uuid) 57 (battery level: 87%)")
+        #expect(Watch.notifyText("AA", uuid, [87]) == "AA notify \(uuid) (battery level: 87%) 57")
     }
 
     @Test("other characteristics are hex only, in text and JSON")
@@ -56,10 +56,11 @@ struct CharacteristicTests {
         #expect(o["heartRate"] == nil && o["batteryLevel"] == nil, "\(o)")
     }
 
-    @Test("text and JSON of a decoded heart rate: the hex kept, the fields added")
+    @Test("text and JSON of a decoded heart rate: the hex kept (the text's last field, as scripts read it), the fields added")
     func rendering() throws {
         let v: [UInt8] = [0x1e, 72, 0x0a, 0x00, 0x40, 0x03]
-        #expect(Watch.notifyText("AA", Self.hrm, v) == "AA notify \(Self.hrm) 1e480a004003 (heart rate: 72 bpm, contact, energy 10 kJ, RR 812.5 ms)")
+        #expect(Watch.notifyText("AA", Self.hrm, v) == "AA notify \(Self.hrm) (heart rate: 72 bpm, contact, energy 10 kJ, RR 812.5 ms) 1e480a004003")
+        #expect(Watch.notifyText("AA", Self.hrm, v).split(separator: " ").last == "1e480a004003")
         let line = Watch.notifyJSON("AA", Self.hrm, v, time: Date(timeIntervalSince1970: 0))
         #expect(!line.contains("\n"))
         let o = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
