@@ -8,7 +8,7 @@ RELEASE_BIN   = .build/release
 # Release binaries link the Swift runtime statically (and only FoundationEssentials): paird's
 # RSS 25.9 → 14.1 MB, pairctl starts in half the time (BENCHMARKS.md §2). Every release build
 # passes the same flags, or SwiftPM would rebuild .build/release back and forth.
-RELEASE       = $(SWIFT) build -c release --static-swift-stdlib
+RELEASE       = PAIRD_VERSION=$(DEB_VERSION) $(SWIFT) build -c release --static-swift-stdlib
 
 .PHONY: all deps build release test unit e2e e2e-ci e2e-all e2e-versions bluez-builds demo bench soak dist-docs deb install uninstall purge clean
 
@@ -18,7 +18,7 @@ deps:
 	Tests/install-build-deps.sh
 
 build: deps
-	$(SWIFT) build
+	PAIRD_VERSION=$(DEB_VERSION) $(SWIFT) build
 
 release: deps
 	$(RELEASE) --product paird
@@ -40,7 +40,7 @@ test:
 ## unit: PairingCore, the C modules, the event loop, D-Bus against a private dbus-daemon,
 ## BlueZ against python-dbusmock, the daemon and pairctl binaries against the mock.
 unit: deps release
-	$(SWIFT) build --build-tests
+	PAIRD_VERSION=$(DEB_VERSION) $(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
 
 ## e2e: the real kernel Bluetooth stack, bluetoothd 5.66 and virtual wearables in qemu VMs: Bumble
@@ -96,27 +96,31 @@ bench: deps release
 
 ## soak: the long reliability runs (the short versions run in `make test`).
 soak: deps release
-	$(SWIFT) build --build-tests
+	PAIRD_VERSION=$(DEB_VERSION) $(SWIFT) build --build-tests
 	PAIRD_SOAK_KILLS=$${PAIRD_SOAK_KILLS:-200} $(SWIFT) test --skip-build --filter ReliabilityTests
 	Tests/testbed/install-deps.sh
 	BED_WEARABLE=bluez PAIRD_BIN=$(CURDIR)/$(RELEASE_BIN)/paird PAIRCTL_BIN=$(CURDIR)/$(RELEASE_BIN)/pairctl Tests/testbed/run-vm --out testbed-out/soak Tests/bench/soak.py
 
-## dist-docs: manual pages (pairctl(1), paird(8) from the binaries' own --help, paird.conf(5)
+## dist-docs: manual pages (pairctl(1), paird(8) from the binaries' own --help (paird's through
+## debian/paird-man.py), paird.conf(5)
 ## from etc/paird/paird.conf) and pairctl's bash/zsh/fish completions, into .build/dist.
 VERSION      := $(shell sed -n 's/.*static let version = "\(.*\)"/\1/p' Sources/PairingCore/API.swift)
 # The package version: the code's version, then git's count and commit (and .dirty for a tree
-# with uncommitted changes), so each commit's package upgrades the one before.
+# with uncommitted changes), so each commit's package upgrades the one before. The binaries carry
+# the same string (`--version`, D-Bus `Version`): every $(SWIFT) build here passes it as
+# PAIRD_VERSION (Package.swift gives it to CBuildInfo alone; plain `swift build`: the code's version).
 DEB_VERSION  := $(VERSION)+git$(shell git rev-list --count HEAD 2>/dev/null || echo 0).$(shell git describe --always --dirty=.dirty 2>/dev/null || echo unknown)
 DIST          = .build/dist
 dist-docs: release
 	mkdir -p $(DIST)/man $(DIST)/completions
 	# swift-argument-parser's generate-manual plugin builds its tool (and the debug products it
 	# would document); the tool then documents the release binaries, each in its own section.
-	$(SWIFT) package --allow-writing-to-package-directory generate-manual --configuration debug >/dev/null
+	PAIRD_VERSION=$(DEB_VERSION) $(SWIFT) package --allow-writing-to-package-directory generate-manual --configuration debug >/dev/null
 	tool=$$($(SWIFT) build --show-bin-path)/generate-manual-tool; \
-	  $$tool $(RELEASE_BIN)/pairctl --section 1 --authors 'paird developers' -o $(DIST)/man && \
-	  $$tool $(RELEASE_BIN)/paird --section 8 --authors 'paird developers' -o $(DIST)/man
-	sed -i '/^$$/d' $(DIST)/man/pairctl.1 $(DIST)/man/paird.8   # groff: "empty input line"
+	  $$tool $(RELEASE_BIN)/pairctl --section 1 --authors 'paird developers' -o $(DIST)/man
+	sed -i '/^$$/d' $(DIST)/man/pairctl.1   # groff: "empty input line"
+	# paird has no verbs: its page from its own --help by a script (synopsis, FILES, EXAMPLES, exit codes)
+	$(RELEASE_BIN)/paird --experimental-dump-help | python3 debian/paird-man.py $(DEB_VERSION) > $(DIST)/man/paird.8
 	python3 debian/paird-conf-man.py etc/paird/paird.conf $(VERSION) > $(DIST)/man/paird.conf.5
 	for sh in bash zsh fish; do $(RELEASE_BIN)/pairctl --generate-completion-script $$sh > $(DIST)/completions/pairctl.$$sh; done
 	sed -i '1{/^#!/d}' $(DIST)/completions/pairctl.bash   # sourced, not run: no #! line

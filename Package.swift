@@ -7,9 +7,18 @@
 //   EventLoop         the one epoll loop: fds, timerfd countdowns, signalfd
 //   DBus              thin safe layer over libdbus-1, driven by EventLoop
 //   BlueZ             typed BlueZ client over DBus (object-manager cache, Device1, GATT, Agent1, ...)
+//   CBuildInfo, BuildInfo  the build's version string (PAIRD_VERSION from the Makefile)
 //   Paird             the runtime: executes PairingCore's actions, state file, sd_notify, journald, API
 //   paird, pairctl    thin executables
 import PackageDescription
+
+// The build's version (`--version`, D-Bus `Version`): the Makefile sets PAIRD_VERSION to the Debian
+// package's version (0.1.0+git263.48e976b). Only the one C file of CBuildInfo sees it, so a new
+// commit recompiles that file and relinks. Unset (plain `swift build`) or malformed: the code's
+// version, PairdAPI.version.
+let buildVersion = Context.environment["PAIRD_VERSION"].flatMap { v in
+    !v.isEmpty && v.utf8.count <= 100 && v.unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || ".+~-".unicodeScalars.contains($0)) } ? v : nil
+}
 
 let package = Package(
     name: "paird",
@@ -26,15 +35,17 @@ let package = Package(
         .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
 
         .target(name: "PairingCore"),
+        .target(name: "CBuildInfo", cSettings: buildVersion.map { [.define("PAIRD_VERSION", to: "\"\($0)\"")] } ?? []),
+        .target(name: "BuildInfo", dependencies: ["CBuildInfo", "PairingCore"]),
         .target(name: "EventLoop"),
         .target(name: "DBus", dependencies: ["CDBus", "EventLoop"]),
         .target(name: "BlueZ", dependencies: ["DBus", "EventLoop", "PairingCore"]),
-        .target(name: "Paird", dependencies: ["PairingCore", "EventLoop", "DBus", "BlueZ", "CSystemd"]),
+        .target(name: "Paird", dependencies: ["PairingCore", "EventLoop", "DBus", "BlueZ", "CSystemd", "BuildInfo"]),
         .executableTarget(name: "paird", dependencies: [
-            "Paird", "PairingCore", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            "Paird", "PairingCore", "BuildInfo", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .target(name: "PairCtlCommands", dependencies: [
-            "DBus", "EventLoop", "PairingCore", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            "DBus", "EventLoop", "PairingCore", "BuildInfo", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "pairctl", dependencies: ["PairCtlCommands"]),
         .executableTarget(name: "PairingBench", dependencies: ["PairingCore"]),

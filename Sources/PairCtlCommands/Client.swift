@@ -31,7 +31,7 @@ public enum PairctlExit: Int32, CaseIterable, Sendable {
         case .success: "success"
         case .failure: "other failure"
         case .daemonNotRunning: "paird is not running (or the system bus is unreachable)"
-        case .accessDenied: "access denied by the D-Bus policy (root or the bluetooth group only)"
+        case .accessDenied: "access denied by the D-Bus policy (root or the bluetooth group only: sudo usermod -aG bluetooth $USER, then log in again)"
         case .noDeviceFound: "no matching wearable found before the timeout"
         case .authenticationFailed: "authentication failed while pairing"
         case .unknownDevice: "the device is not paired with paird"
@@ -64,7 +64,7 @@ public struct PairctlError: Error, CustomStringConvertible {
             // watchdog restarts a stalled paird).
             self.init(.timeout, "paird did not answer in time (\(e.name.split(separator: ".").last ?? ""))")
         case "org.freedesktop.DBus.Error.AccessDenied":
-            self.init(.accessDenied, "access denied: only root and members of the bluetooth group may do that")
+            self.init(.accessDenied, "access denied: only root and members of the bluetooth group may do that; \(Self.joinBluetoothGroup)")
         case PairdAPI.Error.invalidArguments: self.init(.usage, e.message)
         case PairdAPI.Error.unknownDevice: self.init(.unknownDevice, e.message)
         case PairdAPI.Error.noDeviceFound: self.init(.noDeviceFound, e.message)
@@ -77,6 +77,11 @@ public struct PairctlError: Error, CustomStringConvertible {
         default: self.init(.failure, e.message.isEmpty ? e.name : e.message)
         }
     }
+}
+
+extension PairctlError {
+    /// The fix for exit 4, named wherever access is denied.
+    static let joinBluetoothGroup = "to join the group: sudo usermod -aG bluetooth $USER, then log out and in again"
 }
 
 /// pairctl's connection to paird: blocking calls for one-shot verbs, the loop for watching.

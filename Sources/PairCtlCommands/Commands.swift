@@ -1,4 +1,5 @@
 import ArgumentParser
+import BuildInfo
 import DBus
 import EventLoop
 #if canImport(FoundationEssentials)
@@ -23,7 +24,7 @@ public struct Pairctl: ParsableCommand {
         Exit status:
         \(PairctlExit.allCases.map { "  \(padded(String($0.rawValue), 3)) \($0.meaning)" }.joined(separator: "\n"))
         """,
-        version: PairdAPI.version,
+        version: "pairctl \(BuildInfo.version)",
         subcommands: [Pair.self, Unpair.self, Connect.self, Disconnect.self, List.self, Status.self, Watch.self],
         defaultSubcommand: Status.self)
 
@@ -31,6 +32,21 @@ public struct Pairctl: ParsableCommand {
 
     /// Runs pairctl with `arguments` and returns its exit code (the @main calls exit with it).
     public static func run(_ arguments: [String]) -> Int32 {
+        // `pairctl help VERB`: the parser's help verb shows the top-level help, exit 0, for a verb
+        // that does not exist; that is a bad argument here.
+        if arguments.first == "help", let verb = arguments.dropFirst().first(where: { !$0.hasPrefix("-") }),
+           !configuration.subcommands.contains(where: { $0._commandName == verb }) {
+            writeAll(2, "pairctl: help: no such command \"\(verb)\" (see 'pairctl --help')\n")
+            return PairctlExit.usage.rawValue
+        }
+        // `pairctl` alone is `pairctl status`, but a first word that is no verb is a mistyped verb,
+        // not a wearable to look up: `pairctl status WEARABLE` names one. (Only the first
+        // argument: `--generate-completion-script bash` has a value.)
+        if let verb = arguments.first, !verb.hasPrefix("-"), verb != "help",
+           !configuration.subcommands.contains(where: { $0._commandName == verb }) {
+            writeAll(2, "pairctl: unknown command \"\(verb)\" (to show one wearable: pairctl status \(verb)) (see 'pairctl --help')\n")
+            return PairctlExit.usage.rawValue
+        }
         do {
             var command = try parseAsRoot(arguments)
             try command.run()
@@ -76,19 +92,31 @@ struct DeviceArgument: ParsableArguments {
 
     func resolve(_ client: PairdClient) throws -> DeviceAddress {
         if let text = address, let a = DeviceAddress(text) { return a }
-        if let name = address {
-            let named = try client.status().devices.filter { $0.name.lowercased() == name.lowercased() }
-            switch named.count {
-            case 1: return DeviceAddress(named[0].address)!
-            case 0: throw PairctlError(.unknownDevice, "no paired wearable is named \"\(name)\" (pairctl list)")
-            default: throw PairctlError(.usage, "\(named.count) wearables are named \"\(name)\": give the address (\(named.map(\.address).joined(separator: ", ")))")
-            }
-        }
+        if let name = address { return DeviceAddress(try Self.find(name, in: client.status().devices).address)! }
         let devices = try client.status().devices
         switch devices.count {
         case 1: return DeviceAddress(devices[0].address)!
         case 0: throw PairctlError(.unknownDevice, "no wearable is paired")
         default: throw PairctlError(.usage, "\(devices.count) wearables are paired: name one (\(devices.map(\.address).joined(separator: ", ")))")
+        }
+    }
+}
+
+extension DeviceArgument {
+    /// The paired wearable `text` names: its address (any case) or its name as status shows it
+    /// (any case). None: exit 7 (unknown device); several of that name: exit 64 (give the address).
+    static func find(_ text: String, in devices: [StatusDocument.Device]) throws(PairctlError) -> StatusDocument.Device {
+        if let a = DeviceAddress(text) {
+            guard let d = devices.first(where: { DeviceAddress($0.address) == a }) else {
+                throw PairctlError(.unknownDevice, "no paired wearable has the address \(a) (pairctl list)")
+            }
+            return d
+        }
+        let named = devices.filter { $0.name.lowercased() == text.lowercased() }
+        switch named.count {
+        case 1: return named[0]
+        case 0: throw PairctlError(.unknownDevice, "no paired wearable is named \"\(text)\" (pairctl list)")
+        default: throw PairctlError(.usage, "\(named.count) wearables are named \"\(text)\": give the address (\(named.map(\.address).joined(separator: ", ")))")
         }
     }
 }
@@ -128,21 +156,33 @@ struct Disconnect: ParsableCommand {
 
 struct List: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "List paired wearables, one per line: address, state, name.",
+        abstract: "List paired wearables, one per line under a header: address, state, name.",
         discussion: "--json: one object, {\"schemaVersion\": 1, \"devices\": [...]} with the devices as in status --json.")
 
     @Flag(help: "Print one JSON object instead of lines.")
     var json = false
 
+    @Flag(name: .customLong("no-legend"), help: "Leave out the header line (for scripts).")
+    var noLegend = false
+
+    static let header = "\(padded("ADDRESS", 17))  \(padded("STATE", 20))  NAME"
+
     func run() throws {
-        let client = try PairdClient()
-        let devices = try client.status().devices
+        let devices: [StatusDocument.Device]
+        do {
+            devices = try PairdClient().status().devices
+        } catch let e {
+            // JSON readers get an object on stdout too (and the exit code): never nothing.
+            if json { say(ListDocument.failure(e)) }
+            throw e
+        }
         if json {
             say(ListDocument(devices: devices).json())
             return
         }
+        if !noLegend { say(Self.header) }
         for d in devices {
-            say("\(d.address)  \(padded(StatusText.human(d.state), 20))  \(d.name)")
+            say("\(padded(d.address, 17))  \(padded(StatusText.human(d.state), 20))  \(d.name)")
         }
     }
 }
@@ -151,6 +191,12 @@ struct ListDocument: Encodable {
     var schemaVersion = StatusDocument.schemaVersion
     var devices: [StatusDocument.Device]
     func json() -> String { compactJSON(self) }
+
+    /// `list --json` when it cannot list: `{"devices":[],"error":"…","exit":3,"schemaVersion":1}`.
+    static func failure(_ e: PairctlError) -> String {
+        struct Failed: Encodable { var schemaVersion = StatusDocument.schemaVersion; var devices: [String] = []; var error: String; var exit: Int32 }
+        return compactJSON(Failed(error: e.message, exit: e.exit.rawValue))
+    }
 
     /// A follow mode's line for something that is not a status document (paird gone / back).
     static func event(_ name: String) -> String {
@@ -169,7 +215,17 @@ func onPairdPresence(_ client: PairdClient, _ handler: @escaping (_ up: Bool) ->
 }
 
 struct Status: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Show the adapter, any pairing in progress, and every wearable's state.")
+    static let configuration = CommandConfiguration(
+        abstract: "Show the adapter, any pairing in progress, and every wearable's state (or one wearable's).",
+        discussion: """
+        Text lines fit 100 columns; times are relative ("since 3 min ago", "in 4.0 s"). --json has the \
+        absolute times (RFC 3339, UTC) and, with a WEARABLE, the one device in `devices`. A WEARABLE \
+        that is not paired is exit 7.
+        """)
+
+    @Argument(help: ArgumentHelp("Show only this wearable: its address (any case) or its name as status shows it (any case).",
+                                 valueName: "wearable"))
+    var wearable: String?
 
     @Flag(help: "Print one JSON object (with --watch: one per line, on every change).")
     var json = false
@@ -177,20 +233,42 @@ struct Status: ParsableCommand {
     @Flag(help: "Keep printing the status on every change until interrupted.")
     var watch = false
 
+    func validate() throws {
+        if let w = wearable, DeviceAddress(w) == nil, DeviceArgument.looksLikeAddress(w) || trimmed(w).isEmpty {
+            throw ValidationError("\"\(w)\" is not a Bluetooth address (expected AA:BB:CC:DD:EE:FF) or a name")
+        }
+    }
+
+    /// `s` with only the wearable asked for (all of them without one); unknown: exit 7.
+    func selected(_ s: StatusDocument) throws(PairctlError) -> StatusDocument {
+        guard let w = wearable else { return s }
+        var one = s
+        one.devices = [try DeviceArgument.find(w, in: s.devices)]
+        return one
+    }
+
     func run() throws {
         let client: PairdClient
         do { client = try PairdClient() } catch let e {
             if json { say(StatusDocument(daemon: StatusDocument.Daemon(running: false, error: e.message), adapter: nil, pairing: nil, devices: []).json(pretty: false)) }
             throw e
         }
+        // pairctl's one JSON style: compact, one object per line (also without --watch).
         func show() throws {
-            do {
-                let s = try client.status()
-                say(json ? s.json(pretty: !watch) : StatusText.render(s))
+            let all: StatusDocument
+            do throws(PairctlError) {
+                all = try client.status()
             } catch let e {
-                if json { say(StatusDocument(daemon: StatusDocument.Daemon(running: false, error: e.message), adapter: nil, pairing: nil, devices: []).json(pretty: !watch)) }
+                if json { say(StatusDocument(daemon: StatusDocument.Daemon(running: false, error: e.message), adapter: nil, pairing: nil, devices: []).json(pretty: false)) }
                 throw e
             }
+            let s: StatusDocument
+            do throws(PairctlError) { s = try selected(all) } catch let e {
+                // not paired (7): --json still prints the status, with no device in it
+                if json { var none = all; none.devices = []; say(none.json(pretty: false)) }
+                throw e
+            }
+            say(json ? s.json(pretty: false) : wearable == nil ? StatusText.render(s) : StatusText.device(s.devices[0], now: Date()).joined(separator: "\n"))
         }
         guard watch else { return try show() }
         // Subscribed before the first fetch: a change between the two is never missed.
@@ -198,7 +276,12 @@ struct Status: ParsableCommand {
         var known: [String: String] = [:]
         var lastJSON = ""
         func changed() {
-            guard up, let s = try? client.status() else { return }
+            guard up, let all = try? client.status() else { return }
+            var s = all
+            if let w = wearable {
+                let a = DeviceAddress(w)
+                s.devices = s.devices.filter { a != nil ? DeviceAddress($0.address) == a : $0.name.lowercased() == w.lowercased() }
+            }
             if json {
                 // One change can come as two signals (StateChanged and PropertiesChanged): said once.
                 let line = s.json(pretty: false)
@@ -229,7 +312,7 @@ struct Status: ParsableCommand {
             if isUp { known = [:]; changed() }
         }
         try show()
-        if !json, let s = try? client.status() { for d in s.devices { known[d.address] = d.state } }
+        if !json, let s = try? selected(client.status()) { for d in s.devices { known[d.address] = d.state } }
         try client.runUntil { false }
     }
 }
@@ -250,27 +333,86 @@ struct Watch: ParsableCommand {
 
     static let configuration = CommandConfiguration(
         abstract: "Print forwarded notifications and state changes as lines until interrupted.",
-        discussion: "Lines: `<time> <address> notify <characteristic-uuid> <hex value>`, `<time> <address> state <state> [reason]`, `<time> <address> battery <percent>`. Notifications and battery levels reach only root and members of the bluetooth group (paird's D-Bus policy); anyone else sees the state lines only.")
+        discussion: """
+        Lines: `<time> <address> notify <characteristic-uuid> [(decoded)] <hex value>`, `<time> <address> state <state> [reason]`, `<time> <address> battery <percent>`. \
+        The standard characteristics pairctl knows are decoded before the hex (which stays the last field): Heart Rate Measurement (2a37) as \
+        `(heart rate: 72 bpm, contact, energy 12 kJ, RR 812.5 ms)`, Battery Level (2a19) as `(battery level: 87%)`; a malformed value, \
+        or any other characteristic, is hex only. \
+        --json: one object per line, `{"event":"notify","address","characteristic","hex","time"}` plus `heartRate` \
+        ({"bpm","sensorContact","energyExpended","rrIntervals"} in ms; null when not reported) or `batteryLevel` when decoded; \
+        `{"event":"state","address","state","reason"}`, `{"event":"battery","address","percent"}`, `{"event":"paird-gone"|"paird-back"}`. \
+        Notifications and battery levels reach only root and members of the bluetooth group (paird's D-Bus policy); anyone else sees the state lines only.
+        """)
+
+    @Flag(help: "One JSON object per line instead of text.")
+    var json = false
+
+    /// One `watch --json` line (absent keys left out; `heartRate` or `batteryLevel` only when decoded).
+    struct Line: Encodable {
+        var event: String
+        var time = Date()
+        var address: String
+        var characteristic: String?
+        var hex: String?
+        var heartRate: Characteristic.HeartRate?
+        var batteryLevel: Int?
+        var state: String?
+        var reason: String?
+        var percent: Int?
+    }
+
+    /// The text of a notification line after the time: `<address> notify <uuid> [(decoded) ]<hex>`.
+    /// The hex stays the last field, as scripts read it (`line.split()[-1]`).
+    static func notifyText(_ address: String, _ uuid: String, _ value: [UInt8]) -> String {
+        let decoded = Characteristic.decode(uuid, value).map { d -> String in
+            switch d {
+            case .heartRate: "(heart rate: \(Characteristic.text(d))) "
+            case .battery(let p): "(battery level: \(p)%) "
+            }
+        } ?? ""
+        return "\(address) notify \(uuid) \(decoded)\(hex(value))"
+    }
+
+    static func notifyJSON(_ address: String, _ uuid: String, _ value: [UInt8], time: Date = Date()) -> String {
+        var line = Line(event: "notify", time: time, address: address, characteristic: uuid, hex: hex(value))
+        switch Characteristic.decode(uuid, value) {
+        case .heartRate(let hr)?: line.heartRate = hr
+        case .battery(let p)?: line.batteryLevel = p
+        case nil: break
+        }
+        return compactJSON(line)
+    }
 
     func run() throws {
-        let client = try PairdClient()
-        _ = try client.status() // fail fast, with the right exit code, when paird is not running
+        let json = self.json
+        let client: PairdClient
+        do {
+            client = try PairdClient()
+            _ = try client.status() // fail fast, with the right exit code, when paird is not running
+        } catch let e {
+            if json { say(Pair.failedLine(e)) }   // {"event":"failed","exit":3,"error":...}
+            throw e
+        }
         func stamp() -> String { timestamp(Date()) }
         if !Self.mayReceiveData() {
-            writeAll(2, "pairctl: notifications and battery levels reach only root and the bluetooth group (paird's D-Bus policy): showing state changes only\n")
+            writeAll(2, "pairctl: notifications and battery levels reach only root and the bluetooth group (paird's D-Bus policy): showing state changes only (\(PairctlError.joinBluetoothGroup))\n")
         }
-        onPairdPresence(client) { up in say("\(stamp()) paird \(up ? "is back" : "stopped (waiting for it to come back)")") }
+        onPairdPresence(client) { up in
+            say(json ? ListDocument.event(up ? "paird-back" : "paird-gone") : "\(stamp()) paird \(up ? "is back" : "stopped (waiting for it to come back)")")
+        }
         client.on("Notification") { args in
             guard args.count == 3, let a = args[0].string, let c = args[1].string, let v = args[2].bytes else { return }
-            say("\(stamp()) \(a) notify \(c) \(hex(v))")
+            say(json ? Self.notifyJSON(a, c, v) : "\(stamp()) \(Self.notifyText(a, c, v))")
         }
         client.on("StateChanged") { args in
             guard args.count == 3, let a = args[0].string, let s = args[1].string else { return }
-            say("\(stamp()) \(a) state \(s)\((args[2].string ?? "").isEmpty ? "" : " " + args[2].string!)")
+            let reason = args[2].string ?? ""
+            say(json ? compactJSON(Line(event: "state", address: a, state: s, reason: reason.isEmpty ? nil : reason))
+                : "\(stamp()) \(a) state \(s)\(reason.isEmpty ? "" : " " + reason)")
         }
         client.on("Battery") { args in
             guard args.count == 2, let a = args[0].string, let p = args[1].uint8 else { return }
-            say("\(stamp()) \(a) battery \(p)")
+            say(json ? compactJSON(Line(event: "battery", address: a, percent: Int(p))) : "\(stamp()) \(a) battery \(p)")
         }
         try client.runUntil { false }
     }

@@ -40,7 +40,7 @@ struct Pair: ParsableCommand {
     var name: String?
 
     // .unconditional: "--timeout -1" is a bad value, not a missing one
-    @Option(parsing: .unconditional, help: ArgumentHelp("Seconds to scan before giving up (1–600, default: the daemon's ScanTimeout, 10).", valueName: "seconds"))
+    @Option(parsing: .unconditional, help: ArgumentHelp("Seconds to scan before giving up (1-600, default: the daemon's ScanTimeout, 10).", valueName: "seconds"))
     var timeout: UInt32?
 
     @Flag(help: "With no address, --service or --name: pair the first wearable that answers (asked on a terminal; required without one).")
@@ -58,8 +58,8 @@ struct Pair: ParsableCommand {
     func validate() throws {
         if let a = address, DeviceAddress(a) == nil { throw ValidationError("\"\(a)\" is not a Bluetooth address (expected AA:BB:CC:DD:EE:FF)") }
         for s in services where ServiceUUID.normalize(s) == nil { throw ValidationError("--service \"\(s)\" is not a UUID (e.g. 180d or 0000180d-0000-1000-8000-00805f9b34fb)") }
-        if let t = timeout, !(1...600).contains(t) { throw ValidationError("--timeout must be 1…600 seconds") }
-        if let p = passkey, Self.parsePasskey(p) == nil { throw ValidationError("--passkey must be 6 digits (000000–999999)") }
+        if let t = timeout, !(1...600).contains(t) { throw ValidationError("--timeout must be 1-600 seconds") }
+        if let p = passkey, Self.parsePasskey(p) == nil { throw ValidationError("--passkey must be 6 digits (000000-999999)") }
         if let n = name, trimmed(n).isEmpty { throw ValidationError("--name needs some text to match (it would match every device)") }
     }
 
@@ -72,6 +72,31 @@ struct Pair: ParsableCommand {
     }
 
     func run() throws {
+        do {
+            try pair()
+        } catch let e as PairctlError {
+            // --json: every failure ends with a `failed` line (a numeric exit), also one that comes
+            // before paird is asked (paird not running, no filter without a terminal).
+            if json { say(Self.failedLine(e)) }
+            throw e
+        }
+    }
+
+    static func failedLine(_ e: PairctlError) -> String {
+        compactJSON(Event(event: "failed", exit: e.exit.rawValue, error: e.message))
+    }
+
+    /// One line of `pair --json`: `event` and what it has (absent keys are left out); `exit` is a number.
+    struct Event: Encodable {
+        var event: String
+        var address: String?
+        var name: String?
+        var text: String?
+        var exit: Int32?
+        var error: String?
+    }
+
+    private func pair() throws {
         let client = try PairdClient()
         // Prompts need someone to answer: a terminal on stdin (and --json is for programs).
         let interactive = !json && isatty(0) == 1
@@ -100,7 +125,7 @@ struct Pair: ParsableCommand {
         client.on("PairingProgress") { args in
             guard args.count == 3, let kind = args[0].string, let address = args[1].string, let text = args[2].string else { return }
             if json {
-                say(Self.jsonLine(["event": kind, "address": address, "text": text]))
+                say(compactJSON(Event(event: kind, address: address, text: text)))
                 return
             }
             switch kind {
@@ -138,12 +163,11 @@ struct Pair: ParsableCommand {
         case .success(let values)?:
             let addr = values.first?.string ?? "?"
             let name = values.count > 1 ? values[1].string ?? "" : ""
-            if json { say(Self.jsonLine(["event": "connected", "address": addr, "name": name])) }
+            if json { say(compactJSON(Event(event: "connected", address: addr, name: name))) }
             else { say("connected, services resolved: \(name) (\(addr))") }
         case .failure(let e)?:
             let error = PairctlError(e)
-            if json { say(Self.jsonLine(["event": "failed", "exit": String(error.exit.rawValue), "error": error.message])) }
-            throw error
+            throw error   // run() prints the `failed` line with --json
         case nil:
             _ = try? client.call("CancelPairing")
             throw PairctlError(.failure, prompt.closed ? "no answer (end of input); pairing canceled" : "interrupted; pairing canceled")
@@ -156,8 +180,6 @@ struct Pair: ParsableCommand {
         let name = parts.count > 1 && !parts[1].isEmpty ? parts[1] : address
         return (parts.first ?? text, name)
     }
-
-    static func jsonLine(_ fields: [String: String]) -> String { compactJSON(fields) }
 }
 
 /// `s` without leading and trailing spaces, tabs and carriage returns.

@@ -40,12 +40,64 @@ enum StatusText {
         }
     }
 
-    /// "1.2 s", "3 min", "2 h": how long ago `t` was.
+    /// "1.2 s", "3 min", "2 h", "3 d": how long ago `t` was (0 when it is ahead of `now`).
     static func ago(_ t: Date, _ now: Date) -> String {
         let s = max(0, now.timeIntervalSince(t))
         if s < 90 { return BluetoothdText.seconds(s) }
         if s < 5400 { return "\(Int((s / 60).rounded())) min" }
-        return "\(Int((s / 3600).rounded())) h"
+        if s < 172_800 { return "\(Int((s / 3600).rounded())) h" }
+        return "\(Int((s / 86400).rounded())) d"
+    }
+
+    /// The one form of a time in text: relative to `now`, "3 min ago" or "in 4.0 s" (`--json`
+    /// has the absolute time).
+    static func relative(_ t: Date, _ now: Date) -> String {
+        t <= now ? "\(ago(t, now)) ago" : "in \(ago(now, t))"
+    }
+
+    /// Text lines fit this many columns.
+    static let width = 100
+
+    /// `first`, then `items` joined by `separator`, in lines of at most `width` columns: broken
+    /// between items where it can (continuation lines indented by two spaces), and inside an item
+    /// (at spaces) only when the item alone is too long for a line.
+    static func fit(_ first: String, _ items: [String], separator: String = ", ", width: Int = StatusText.width) -> [String] {
+        let indent = "  "
+        let mark = separator.trimmingSuffixSpaces   // ends a line broken after an item: ","
+        var lines: [String] = []
+        var current = first
+        var fresh = true   // no item on `current` yet
+        for (k, item) in items.enumerated() {
+            let joiner = fresh ? "" : separator
+            // room kept for the mark, should the line be broken after this item
+            let room = k == items.count - 1 ? width : width - mark.count
+            if current.count + joiner.count + item.count <= room {
+                current += joiner + item
+                fresh = false
+                continue
+            }
+            let atStart = current.isEmpty   // a line with nothing before its first item (first == "")
+            if !atStart { lines.append(fresh ? current.trimmingSuffixSpaces : current + mark) }
+            current = atStart ? "" : indent
+            if current.count + item.count <= room {
+                current += item
+            } else {
+                // an item too long for a line of its own: broken at spaces, indented further
+                var wordsOnLine = 0
+                for word in item.split(separator: " ") {
+                    if wordsOnLine > 0 && current.count + 1 + word.count > room {
+                        lines.append(current)
+                        current = atStart ? indent : indent + indent
+                        wordsOnLine = 0
+                    }
+                    current += (wordsOnLine > 0 ? " " : "") + word
+                    wordsOnLine += 1
+                }
+            }
+            fresh = false
+        }
+        if !current.trimmingSuffixSpaces.isEmpty { lines.append(current) }
+        return lines
     }
 
     /// `2a37` for a Bluetooth base UUID, else the UUID.
@@ -56,69 +108,98 @@ enum StatusText {
     static func render(_ s: StatusDocument, now: Date = Date()) -> String {
         var lines: [String] = []
         if let why = s.daemon.stateFileError {
-            lines.append("state file: NOT WRITABLE (\(why)): changes since then are lost when paird restarts")
+            lines += fit("", ["state file: NOT WRITABLE (\(why)): changes since then are lost when paird restarts"])
         }
         if let a = s.adapter {
             let name = [a.name, a.address.map { "(\($0))" }].compactMap { $0 }.joined(separator: " ")
-            lines.append("adapter: \(name.isEmpty ? "none" : name), \(a.present ? (a.powered ? "powered" : "powered off (bluetoothctl power on)") : "not present (is bluetoothd running? systemctl status bluetooth)")")
+            lines += fit("adapter: ", [name.isEmpty ? "none" : name,
+                                       a.present ? (a.powered ? "powered" : "powered off (bluetoothctl power on)") : "not present (is bluetoothd running? systemctl status bluetooth)"])
         }
         if let b = s.bluetoothd, b.state != "running" || b.lastCrash != nil {
-            lines.append(BluetoothdText.render(b))
+            lines += BluetoothdText.lines(b, now: now)
         }
         if let p = s.pairing {
-            lines.append("pairing: \(p.phase)\(p.device.map { " \($0)" } ?? ""), until \(timestamp(p.deadline))")
+            lines += fit("", ["pairing: \(p.phase)\(p.device.map { " \($0)" } ?? "")", "ends \(relative(p.deadline, now))"])
         }
         if s.devices.isEmpty { lines.append("no wearables paired (pairctl pair --service 180d)") }
-        for d in s.devices {
-            let type = d.addressType == "random" ? " (random address)" : ""
-            var line = "\(d.name.isEmpty ? "(no name)" : d.name) \(d.address)\(type): \(describe(d)), since \(timestamp(d.since))"
-            if let b = d.battery { line += ", battery \(b)%" }
-            if d.wanted == "disconnected" && d.state != "disconnected" { line += ", kept disconnected" }
-            if let l = d.lastDisconnect { line += ", last disconnect \(l.reason) at \(timestamp(l.at))" }
-            if d.reconnectAttempts > 0 { line += ", \(d.reconnectAttempts) connect attempt(s)" }
-            if !d.missingCharacteristics.isEmpty {
-                line += ", MISSING on its link: \(d.missingCharacteristics.joined(separator: ", ")) (dropped by a firmware update, or lost by BlueZ: `pairctl unpair` + `pairctl pair` make BlueZ read the services anew)"
-            }
-            if let t = d.lastData { line += ", data \(ago(t, now)) ago" }
-            if let h = d.health {
-                let what = h.characteristic.map(shortUUID) ?? ""
-                let left = max(0, h.deadline.timeIntervalSince(now))
-                switch h.check {
-                case "firstData": line += ", awaiting the first notification (\(BluetoothdText.seconds(left)) left, then the link is made again)"
-                case "silence": line += ", watching \(what) for silence (probed in \(BluetoothdText.seconds(left)) unless it notifies)"
-                case "probe": line += ", probing: \(what) silent (\(BluetoothdText.seconds(left)) left for the answer)"
-                default: line += ", \(h.check) until \(timestamp(h.deadline))"
-                }
-            }
-            if d.state == "waitingForDevice" {
-                line += d.nextDeadline.map { ", next connect attempt at \(timestamp($0))" }
-                    ?? (d.autoConnect ? ", waiting on BlueZ's auto-connect (no timer)" : "")
-            }
-            lines.append(line)
-        }
+        for d in s.devices { lines += device(d, now: now) }
         return lines.joined(separator: "\n")
+    }
+
+    /// One wearable: its name, address and state, then what else there is to say, in lines that
+    /// fit 100 columns (`pairctl status` lists every wearable so; `pairctl status WEARABLE` one).
+    static func device(_ d: StatusDocument.Device, now: Date) -> [String] {
+        let type = d.addressType == "random" ? " (random address)" : ""
+        let head = "\(d.name.isEmpty ? "(no name)" : d.name) \(d.address)\(type): "
+        var items: [String] = []
+        switch d.state {
+        case "needsRepair":
+            items.append("needs pairing again\(d.repairReason.map { " (\(RepairReason(rawValue: $0)?.explanation ?? $0))" } ?? "")")
+            items.append("run `pairctl pair \(d.address)`")
+        case "disconnected": items += ["disconnected (as you asked)", "`pairctl connect \(d.address)` brings it back"]
+        case "waitingForDevice": items += ["out of range", "paird reconnects it when it comes back"]
+        case "adapterUnavailable": items += ["Bluetooth unavailable", "paird reconnects it when the adapter is back"]
+        default: items.append(human(d.state))
+        }
+        items.append("since \(relative(d.since, now))")
+        if let b = d.battery { items.append("battery \(b)%") }
+        if d.wanted == "disconnected" && d.state != "disconnected" { items.append("kept disconnected") }
+        if let l = d.lastDisconnect { items.append("last disconnect \(l.reason) \(relative(l.at, now))") }
+        if d.reconnectAttempts > 0 { items.append("\(d.reconnectAttempts) connect attempt(s)") }
+        if !d.missingCharacteristics.isEmpty {
+            items.append("MISSING on its link: \(d.missingCharacteristics.joined(separator: " ")) (dropped by a firmware update, or lost by BlueZ: `pairctl unpair` + `pairctl pair` make BlueZ read the services anew)")
+        }
+        if let t = d.lastData { items.append("data \(ago(t, now)) ago") }
+        if let h = d.health {
+            let what = h.characteristic.map(shortUUID) ?? ""
+            let left = max(0, h.deadline.timeIntervalSince(now))
+            switch h.check {
+            case "firstData": items.append("awaiting the first notification (\(BluetoothdText.seconds(left)) left, then the link is made again)")
+            case "silence": items.append("watching \(what) for silence (probed in \(BluetoothdText.seconds(left)) unless it notifies)")
+            case "probe": items.append("probing: \(what) silent (\(BluetoothdText.seconds(left)) left for the answer)")
+            default: items.append("\(h.check) ends \(relative(h.deadline, now))")
+            }
+        }
+        if d.state == "waitingForDevice" {
+            if let n = d.nextDeadline { items.append("next connect attempt \(relative(n, now))") }
+            else if d.autoConnect { items.append("waiting on BlueZ's auto-connect (no timer)") }
+        }
+        return fit(head, items)
     }
 }
 
 /// `pairctl status`'s bluetoothd line: "bluetoothd: running; crashed at 12:03:04 (SIGSEGV); started
 /// again; back after 1.2 s; 2 of 2 wearables back after 3.1 s".
 enum BluetoothdText {
-    static func render(_ b: StatusDocument.Bluetoothd) -> String {
-        var line = "bluetoothd: \(b.state)"
-        if let n = b.nextStartAt { line += ", next start at \(timestamp(n))" }
-        if b.state == "stopped" { line += " (by an administrator: paird does not start it)" }
-        if b.state == "unknown" { line += " (paird has not yet seen whether org.bluez is on the bus)" }
+    /// The bluetoothd line(s), fitted to 100 columns; times relative to `now`.
+    static func lines(_ b: StatusDocument.Bluetoothd, now: Date = Date()) -> [String] {
+        var items = ["bluetoothd: \(b.state)"]
+        if let n = b.nextStartAt { items[0] += ", next start \(StatusText.relative(n, now))" }
+        if b.state == "stopped" { items[0] += " (by an administrator: paird does not start it)" }
+        if b.state == "unknown" { items[0] += " (paird has not yet seen whether org.bluez is on the bus)" }
         if let c = b.lastCrash {
-            line += "; crashed at \(timestamp(c.at)) (\(c.cause)); \(c.action)"
-            if let s = c.backAfter { line += "; back after \(seconds(s))" }
+            items.append("crashed \(StatusText.relative(c.at, now)) (\(c.cause))")
+            items.append(c.action)
+            if let s = c.backAfter { items.append("back after \(seconds(s))") }
             if c.wearables > 0 {
-                line += "; \(c.wearablesBack) of \(c.wearables) wearable(s) back"
-                if let s = c.allBackAfter { line += " after \(seconds(s))" }
+                items.append("\(c.wearablesBack) of \(c.wearables) wearable(s) back\(c.allBackAfter.map { " after \(seconds($0))" } ?? "")")
             }
-            if !c.disarmed.isEmpty { line += "; disarmed \(c.disarmed.joined(separator: ", ")) (crashed bluetoothd twice: pair it again)" }
+            if !c.disarmed.isEmpty { items.append("disarmed \(c.disarmed.joined(separator: ", ")) (crashed bluetoothd twice: pair it again)") }
         }
-        return line
+        return StatusText.fit("", items, separator: "; ")
+    }
+
+    static func render(_ b: StatusDocument.Bluetoothd, now: Date = Date()) -> String {
+        lines(b, now: now).joined(separator: "\n")
     }
 
     static func seconds(_ s: Double) -> String { "\((s * 10).rounded() / 10) s" }
+}
+
+private extension String {
+    var trimmingSuffixSpaces: String {
+        var s = self
+        while s.hasSuffix(" ") { s.removeLast() }
+        return s
+    }
 }

@@ -32,13 +32,24 @@ public struct DaemonConfig: Sendable, Equatable {
         public var description: String { "\(file):\(line): \(reason)" }
     }
 
-    /// Parses `text` (read from `file`, named in messages). Returns the config and warnings.
+    /// Parses `text` (read from `file`, named in messages). Returns the config and warnings, or
+    /// throws the first error.
     public static func parse(_ text: String, file: String) throws(Error) -> (DaemonConfig, [String]) {
+        let (c, warnings, errors) = parseAll(text, file: file)
+        if let first = errors.first { throw first }
+        return (c, warnings)
+    }
+
+    /// Parses `text` to its end: the config (a bad line leaves its key at the default), the
+    /// warnings, and every error, in the order of the lines (`paird --check-config` lists them all).
+    public static func parseAll(_ text: String, file: String) -> (DaemonConfig, [String], [Error]) {
         var c = DaemonConfig()
         var warnings: [String] = []
+        var errors: [Error] = []
         var section = ""
         var backoffMaxLine = 0, backoffInitialLine = 0
         for (n, raw) in text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).enumerated() { // "\r\n" is one Character
+          do throws(Error) {
             let lineNo = n + 1
             let line = raw.trimmed
             if line.isEmpty || line.hasPrefix("#") || line.hasPrefix(";") { continue }
@@ -112,14 +123,17 @@ public struct DaemonConfig: Sendable, Equatable {
             default:
                 warnings.append("\(file):\(lineNo): unknown key \(key) in [\(section)], ignored")
             }
+          } catch {
+            errors.append(error)   // and on to the next line: every error is reported
+          }
         }
         c.machine.firstDataTimeout = c.subscribe.isEmpty || c.firstDataTimeout == .zero ? nil : c.firstDataTimeout
         if c.machine.backoff.maximum < c.machine.backoff.initial {
             // the later of the two keys set is the one that made the pair inconsistent
-            throw Error(file: file, line: max(backoffMaxLine, backoffInitialLine), reason: "BackoffMax (\(c.machine.backoff.maximum)) is below BackoffInitial (\(c.machine.backoff.initial))")
+            errors.append(Error(file: file, line: max(backoffMaxLine, backoffInitialLine), reason: "BackoffMax (\(c.machine.backoff.maximum)) is below BackoffInitial (\(c.machine.backoff.initial))"))
         }
         c.machine.adapter = c.adapter.isEmpty ? "hci0" : c.adapter
-        return (c, warnings)
+        return (c, warnings, errors)
     }
 
     static let keys: [String: Set<String>] = [
@@ -134,18 +148,34 @@ public struct DaemonConfig: Sendable, Equatable {
     /// Reads `path`. A missing file means all defaults, unless `mustExist` (paird's `--config`
     /// given explicitly: a mistyped path must not silently run on defaults).
     public static func load(path: String, mustExist: Bool = false) throws(Error) -> (DaemonConfig, [String]) {
+        let checked = check(path: path, mustExist: mustExist)
+        if let first = checked.errors.first { throw first }
+        return (checked.config, checked.warnings)
+    }
+
+    /// What `paird --check-config` reports: whether the file exists (a missing one, when allowed,
+    /// is all defaults), the config, its warnings and every error.
+    public struct Checked: Sendable {
+        public var fileExists: Bool
+        public var config: DaemonConfig
+        public var warnings: [String]
+        public var errors: [Error]
+    }
+
+    public static func check(path: String, mustExist: Bool = false) -> Checked {
         let bytes: [UInt8]?
         do { bytes = try readFile(path, limit: 1 << 20) } catch {
-            throw Error(file: path, line: 0, reason: "cannot read: \(error)")
+            return Checked(fileExists: true, config: DaemonConfig(), warnings: [], errors: [Error(file: path, line: 0, reason: "cannot read: \(error)")])
         }
         guard let bytes else {
-            if mustExist { throw Error(file: path, line: 0, reason: "cannot read: no such file") }
-            return (DaemonConfig(), [])
+            let errors = mustExist ? [Error(file: path, line: 0, reason: "cannot read: no such file")] : []
+            return Checked(fileExists: false, config: DaemonConfig(), warnings: [], errors: errors)
         }
         guard let text = String(validating: bytes, as: UTF8.self) else {
-            throw Error(file: path, line: 0, reason: "not UTF-8 text")
+            return Checked(fileExists: true, config: DaemonConfig(), warnings: [], errors: [Error(file: path, line: 0, reason: "not UTF-8 text")])
         }
-        return try parse(text, file: path)
+        let (c, warnings, errors) = parseAll(text, file: path)
+        return Checked(fileExists: true, config: c, warnings: warnings, errors: errors)
     }
 }
 

@@ -6,6 +6,7 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
+import BuildInfo
 import PairingCore
 #if canImport(Glibc)
 import Glibc
@@ -128,7 +129,7 @@ public final class Daemon {
         try loop.onSignal(SIGHUP) { [unowned self] in log.info("SIGHUP: configuration is read at start only; restart paird to apply changes") }
         if let interval = SystemdNotifier.watchdogPingInterval() { scheduleWatchdog(every: interval) }
 
-        log.log(.info, "paird \(PairdAPI.version) started, \(machine.devices.count) device(s) known",
+        log.log(.info, "paird \(BuildInfo.version) started, \(machine.devices.count) device(s) known",
                 id: Log.MessageID.started)
         try loop.run()
         bluez.stop()

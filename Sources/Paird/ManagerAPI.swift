@@ -1,5 +1,6 @@
 import BlueZ
 import DBus
+import BuildInfo
 import PairingCore
 
 /// `org.paird1.Manager1` at `/org/paird1`: what pairctl talks to. Who may call what is the D-Bus
@@ -67,7 +68,7 @@ final class ManagerAPI {
         i.method("GetStatus", out: "s") { [unowned self] _, call in
             call.reply([.string(backend.status().json(pretty: false))])
         }
-        i.property("Version", signature: "s", emitsChange: false, get: { .string(PairdAPI.version) })
+        i.property("Version", signature: "s", emitsChange: false, get: { .string(BuildInfo.version) })
         for (name, signature) in Self.statusProperties {
             i.property(name, signature: signature, get: { [unowned self] in statusValues()[name]! })
         }

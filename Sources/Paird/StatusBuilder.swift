@@ -3,6 +3,7 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
+import BuildInfo
 import PairingCore
 
 extension StatusDocument {
@@ -47,7 +48,7 @@ extension StatusDocument {
                          wearables: c.awaited.count, wearablesBack: c.awaited.filter { c.backTimes[$0] != nil }.count,
                          allBackAfter: c.awaited.isEmpty ? nil : after(allBack), disarmed: c.disarmed.map(\.description))
         }
-        self.init(daemon: .init(running: true, version: PairdAPI.version, stateFileError: stateFileError), adapter: adapter, pairing: pairing, devices: devices,
+        self.init(daemon: .init(running: true, version: BuildInfo.version, stateFileError: stateFileError), adapter: adapter, pairing: pairing, devices: devices,
                   bluetoothd: .init(state: w.phase.name, nextStartAt: w.phase.countdown.flatMap { $0.id.purpose == .bluetoothdStart ? wall($0.deadline) : nil },
                                     lastCrash: crash))
     }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import BuildInfo
 #if canImport(FoundationEssentials)
 import FoundationEssentials
 #else
@@ -14,14 +15,36 @@ struct PairdCommand: ParsableCommand {
         commandName: "paird",
         abstract: "Keep Bluetooth LE wearables connected around the clock, through BlueZ.",
         discussion: """
-        paird runs in the foreground and is meant to be started by systemd (paird.service,
-        Type=notify). It talks to BlueZ (org.bluez) on the system bus, owns the bus name
-        \(PairdAPI.busName), and is controlled with pairctl.
+        paird runs in the foreground and is meant to be started by systemd (paird.service, \
+        Type=notify, with a watchdog). It talks to BlueZ (org.bluez) on the system bus, owns the \
+        bus name \(PairdAPI.busName), and is controlled with pairctl(1). The wearables it keeps \
+        connected, and what was asked of them, survive restarts in its state file.
 
-        Exit status: 0 after SIGTERM/SIGINT, 1 on a runtime failure, 64 on bad arguments,
-        78 on a bad configuration file (systemd does not restart it for that).
+        Exit status:
+          0   stopped by SIGTERM or SIGINT (or --check-config found no error)
+          1   a runtime failure (systemd restarts it)
+          64  bad arguments
+          78  a bad configuration file or an unusable state file
+              (systemd does not restart it: fix the file first)
+
+        Files:
+          /etc/paird/paird.conf      configuration (paird.conf(5)); absent: defaults
+          /var/lib/paird/state.json  paired wearables ($STATE_DIRECTORY under systemd)
+          /usr/share/dbus-1/system.d/org.paird1.conf
+                                     the D-Bus policy: who may pair, connect, read data
+
+        Examples:
+          systemctl enable --now paird
+                                     start it at boot (the Debian package does this)
+          paird --check-config       check the configuration: every error; 78 if any
+          journalctl -u paird -f     follow what it does
+          paird --verbose --config ./paird.conf --state-file /tmp/paird-state.json
+                                     run by hand (as root), logging every event
+
+        See also:
+          pairctl(1), paird.conf(5), bluetoothd(8), systemctl(1), journalctl(1)
         """,
-        version: PairdAPI.version)
+        version: "paird \(BuildInfo.version)")
 
     static let defaultConfig = "/etc/paird/paird.conf"
 
@@ -52,15 +75,17 @@ struct PairdCommand: ParsableCommand {
         let configPath = config ?? Self.defaultConfig
         if verbose { log.minimumPriority = .debug }
         if checkConfig {
-            do {
-                let (_, warnings) = try DaemonConfig.load(path: configPath, mustExist: config != nil)
-                for w in warnings { print("warning: \(w)") }
-                print("\(configPath): OK")
-                return
-            } catch {
-                log.error("\(error)")
+            // Every error, not only the first; a missing file (allowed without --config) is "no
+            // file, defaults", not "OK".
+            let checked = DaemonConfig.check(path: configPath, mustExist: config != nil)
+            for w in checked.warnings { print("warning: \(w)") }
+            for e in checked.errors { log.error("\(e)") }
+            if !checked.errors.isEmpty {
+                print("\(configPath): \(checked.errors.count) error(s)")
                 throw ExitCode(78)
             }
+            print(checked.fileExists ? "\(configPath): OK" : "\(configPath): no file, defaults")
+            return
         }
         let statePath = stateFile ?? ProcessInfo.processInfo.environment["STATE_DIRECTORY"]
             .flatMap { $0.split(separator: ":").first.map { "\($0)/state.json" } } ?? "/var/lib/paird/state.json"

@@ -224,7 +224,7 @@ struct IntegrationTests {
         } else {
             #expect(fallbackArmed)
             #expect(!d.autoConnect && d.nextDeadline != nil, "status: \(d)")
-            #expect(text.contains("next connect attempt at"), "\(text)")
+            #expect(text.contains("next connect attempt in "), "\(text)")
             try waitFor("the fallback Connect()", deadline: 15) { host.calls("Connect") == connects + 1 }
         }
     }

@@ -172,4 +172,26 @@ struct ConfigTests {
             #expect(error.description.hasPrefix("bad.conf:\(line): "))
         }
     }
+
+    @Test("every error of a file is reported, in line order; parse still throws the first")
+    func everyError() throws {
+        let text = "[Pairing]\nScanTimeout = soon\n[General\n[Connection]\nFastAttempts = -1\nBackoffInitial = 30\nBackoffMax = 2\nConnectTimeout = 20\n"
+        let (c, _, errors) = DaemonConfig.parseAll(text, file: "bad.conf")
+        #expect(errors.map(\.line) == [2, 3, 5, 7], "\(errors)")
+        #expect(errors.map(\.reason).first?.contains("ScanTimeout") == true)
+        #expect(errors.last?.reason.contains("BackoffMax") == true)
+        #expect(c.machine.connectTimeout == .seconds(20), "the good lines after a bad one still count")
+        #expect(throws: DaemonConfig.Error.self) { try DaemonConfig.parse(text, file: "bad.conf") }
+        do { _ = try DaemonConfig.parse(text, file: "bad.conf") } catch { #expect(error.line == 2) }
+        #expect(DaemonConfig.parseAll("[Pairing]\nScanTimeout = 5\n", file: "ok.conf").2.isEmpty)
+    }
+
+    @Test("check: a missing file is defaults (no error) unless it must exist; an unreadable one is an error")
+    func checkMissing() throws {
+        let missing = NSTemporaryDirectory() + "paird-no-such-\(UUID().uuidString).conf"
+        let allowed = DaemonConfig.check(path: missing)
+        #expect(!allowed.fileExists && allowed.errors.isEmpty && allowed.config == DaemonConfig())
+        let required = DaemonConfig.check(path: missing, mustExist: true)
+        #expect(required.errors.map(\.reason) == ["cannot read: no such file"])
+    }
 }

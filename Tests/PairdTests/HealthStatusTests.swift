@@ -47,7 +47,7 @@ struct HealthStatusTests {
         #expect(d.lastData == wall(.at(9)))
         #expect(d.health == .init(check: "silence", characteristic: hr, deadline: wall(.at(14))))
         let text = StatusText.render(doc, now: wall(.at(10)))
-        #expect(text.contains("data 1.0 s ago, watching 2a37 for silence (probed in 4.0 s unless it notifies)"), "\(text)")
+        #expect(text.contains("data 1.0 s ago,\n  watching 2a37 for silence (probed in 4.0 s unless it notifies)"), "items on lines of 100 columns: \(text)")
         // JSON keys present (null when none) for an older reader's sake.
         let json = doc.json()
         #expect(json.contains("\"lastData\"") && json.contains("\"health\""))

@@ -26,6 +26,16 @@ struct PairctlErrorTests {
         #expect(PairctlError(DBusError(name: name, message: "m")).exit == exit)
     }
 
+    @Test("access denied (exit 4) names the fix: join the bluetooth group, then log in again")
+    func accessDeniedNamesTheFix() {
+        let e = PairctlError(DBusError(name: "org.freedesktop.DBus.Error.AccessDenied", message: "Rejected send message"))
+        #expect(e.exit == .accessDenied)
+        #expect(e.message.contains("sudo usermod -aG bluetooth $USER"), "\(e.message)")
+        #expect(e.message.contains("log out and in again"), "\(e.message)")
+        #expect(!e.message.contains("\n"), "one line")
+        #expect(PairctlExit.accessDenied.meaning.contains("usermod -aG bluetooth"))
+    }
+
     /// The README's "Exit codes:" sentence is the scripts' contract: it must list exactly the codes
     /// pairctl has (a code added, renumbered or dropped on one side only fails here).
     @Test("the README lists exactly pairctl's exit codes")

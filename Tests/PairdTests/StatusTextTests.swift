@@ -1,0 +1,85 @@
+import Foundation
+import Testing
+import PairingCore
+@testable import PairCtlCommands
+
+@Suite("pairctl status text: 100 columns, relative times")
+struct StatusTextTests {
+    let now = Date(timeIntervalSince1970: 1_800_000_000)
+
+    /// A wearable with everything to say at once (the longest text status has).
+    func worstCase() -> StatusDocument.Device {
+        var d = StatusDocument.Device(
+            address: "F3:5A:B1:00:00:02", name: "Polar H10 8C3B4A2D with a long name", state: "needsRepair", wanted: "disconnected",
+            since: now.addingTimeInterval(-180), lastDisconnect: .init(reason: "connection-timeout", at: now.addingTimeInterval(-7200)),
+            reconnectAttempts: 12, battery: 55, services: ["0000180d-0000-1000-8000-00805f9b34fb"], autoConnect: true,
+            nextDeadline: now.addingTimeInterval(40), repairReason: "authentication")
+        d.addressType = "random"
+        d.missingCharacteristics = ["00002a37-0000-1000-8000-00805f9b34fb", "00002a19-0000-1000-8000-00805f9b34fb"]
+        d.lastData = now.addingTimeInterval(-0.4)
+        d.health = .init(check: "silence", characteristic: "00002a37-0000-1000-8000-00805f9b34fb", deadline: now.addingTimeInterval(4.6))
+        return d
+    }
+
+    func document(_ devices: [StatusDocument.Device]) -> StatusDocument {
+        StatusDocument(
+            daemon: .init(running: true, stateFileError: "/var/lib/paird/state.json: No space left on device (errno 28) while writing the new state"),
+            adapter: .init(name: "hci0", address: "00:01:02:03:04:05", powered: false, present: false),
+            pairing: .init(phase: "removing-old-bond", deadline: now.addingTimeInterval(8), device: "F3:5A:B1:00:00:02"),
+            devices: devices,
+            bluetoothd: .init(state: "gave-up", nextStartAt: now.addingTimeInterval(16), lastCrash: .init(
+                at: now.addingTimeInterval(-125), cause: "SIGSEGV", result: "core-dump", action: "restarting",
+                backAfter: 1.23, wearables: 3, wearablesBack: 1, allBackAfter: nil,
+                disarmed: ["F3:5A:B1:00:00:02", "F3:5A:B1:00:00:03", "F3:5A:B1:00:00:04"])))
+    }
+
+    @Test("every line of the longest status fits 100 columns, and nothing of it is lost")
+    func fitsAHundredColumns() {
+        var other = worstCase()
+        other.state = "waitingForDevice"
+        other.repairReason = nil
+        let text = StatusText.render(document([worstCase(), other]), now: now)
+        for line in text.split(separator: "\n") { #expect(line.count <= 100, "\(line.count): \(line)") }
+        #expect(text.split(separator: "\n").count > 6, "it was long: broken into lines\n\(text)")
+        let joined = text.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.joined(separator: " ")
+        for phrase in ["battery 55%", "MISSING on its link", "run `pairctl pair F3:5A:B1:00:00:02`", "12 connect attempt(s)",
+                       "watching 2a37 for silence (probed in 4.6 s unless it notifies)", "(random address)", "kept disconnected",
+                       "bluetoothd: gave-up, next start in 16.0 s", "crashed 2 min ago (SIGSEGV)", "1 of 3 wearable(s) back",
+                       "state file: NOT WRITABLE", "pairing: removing-old-bond F3:5A:B1:00:00:02, ends in 8.0 s"] {
+            #expect(joined.contains(phrase), "\(phrase)\n\(text)")
+        }
+    }
+
+    @Test("times in text are relative (the absolute time is in --json only)")
+    func relativeTimes() {
+        let text = StatusText.render(document([worstCase()]), now: now)
+        #expect(text.contains("since 3 min ago"), "\(text)")
+        #expect(text.contains("last disconnect connection-timeout 2 h ago"), "\(text)")
+        #expect(text.contains("data 0.4 s ago"), "\(text)")
+        #expect(text.wholeMatch(of: /(?s).*\d{4}-\d{2}-\d{2}T\d{2}:\d{2}.*/) == nil, "no absolute time: \(text)")
+        var away = worstCase()
+        away.state = "waitingForDevice"
+        #expect(StatusText.device(away, now: now).joined().contains("next connect attempt in 40.0 s"))
+        #expect(StatusText.relative(now.addingTimeInterval(-3 * 86400), now) == "3 d ago")
+        #expect(StatusText.relative(now.addingTimeInterval(-90 * 60), now) == "2 h ago")
+        #expect(StatusText.relative(now.addingTimeInterval(5), now) == "in 5.0 s")
+    }
+
+    @Test("fit: breaks between items, a line broken after an item ends with the separator, a too-long item is word-wrapped")
+    func fit() {
+        let items = (1...30).map { "item \($0)" }
+        let lines = StatusText.fit("head: ", items, width: 40)
+        #expect(lines.allSatisfy { $0.count <= 40 }, "\(lines)")
+        #expect(lines.first?.hasPrefix("head: item 1, item 2") == true)
+        #expect(lines.dropLast().allSatisfy { $0.hasSuffix(",") }, "\(lines)")
+        #expect(lines.dropFirst().allSatisfy { $0.hasPrefix("  item ") })
+        #expect(lines.map { $0.trimmingCharacters(in: .whitespaces) }.joined(separator: " ") == "head: " + items.joined(separator: ", "))
+        let long = StatusText.fit("x: ", ["short", String(repeating: "word ", count: 30).trimmingCharacters(in: .whitespaces)], width: 40)
+        #expect(long.allSatisfy { $0.count <= 40 }, "\(long)")
+        #expect(long.count >= 4)
+        #expect(StatusText.fit("x: ", ["a"], width: 40) == ["x: a"])
+        // a bare line (no head) broken: its first line not indented, the rest by two
+        let bare = StatusText.fit("", [String(repeating: "word ", count: 12).trimmingCharacters(in: .whitespaces)], width: 40)
+        #expect(bare.first?.hasPrefix("word") == true && bare.dropFirst().allSatisfy { $0.hasPrefix("  word") }, "\(bare)")
+    }
+}
