@@ -57,7 +57,7 @@ e2e: release deb bluez-builds
 	Tests/testbed/e2e.sh --all $(foreach v,$(BLUEZ_VERSIONS),$(addprefix $(v):,$(E2E_CI_CORE)))
 
 ## e2e-ci: what CI runs (`make test`): make e2e less E2E_CI_SKIP (paird_away_long, five minutes
-## away: README, "What runs where"); one queue, E2E_JOBS VMs at a time (2), longest first; one
+## away: docs/development.md, "What runs where"); one queue, E2E_JOBS VMs at a time (2), longest first; one
 ## summary with each run's time, the longest runs and the tier's share of CI's 90 minutes.
 E2E_CI_SKIP   ?= paird_away_long
 e2e-ci: release deb bluez-builds

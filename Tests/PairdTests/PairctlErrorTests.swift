@@ -50,4 +50,16 @@ struct PairctlErrorTests {
         let documented = sentence.components(separatedBy: ", ").compactMap { Int32($0.split(separator: " ").first ?? "") }
         #expect(documented.sorted() == PairctlExit.allCases.map(\.rawValue).sorted())
     }
+
+    /// The README's troubleshooting table (exit, meaning, what to do) has a row for every code.
+    @Test("the README's exit-code table lists exactly pairctl's exit codes")
+    func tabled() throws {
+        let readme = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .appendingPathComponent("../../README.md").standardized
+        let text = try String(contentsOf: readme, encoding: .utf8)
+        let start = try #require(text.range(of: "| exit | meaning | what to do |"))
+        let rows = text[start.upperBound...].split(separator: "\n").dropFirst().prefix { $0.hasPrefix("|") }
+        let codes = rows.compactMap { Int32($0.split(separator: "|").first?.trimmingCharacters(in: .whitespaces) ?? "") }
+        #expect(codes.sorted() == PairctlExit.allCases.map(\.rawValue).sorted())
+    }
 }
