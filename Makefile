@@ -148,6 +148,7 @@ install:
 	sed -i -e 's|^ExecStart=.*|ExecStart=$(PREFIX)/sbin/paird|' \
 	  -e 's|^Documentation=.*|Documentation=file:$(PREFIX)/share/doc/paird/README.md|' $(DESTDIR)$(UNITDIR)/paird.service
 	install -D -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/paird/README.md
+	install -D -m 0644 docs/reference.md $(DESTDIR)$(PREFIX)/share/doc/paird/reference.md
 	install -D -m 0644 LICENSE $(DESTDIR)$(PREFIX)/share/doc/paird/LICENSE
 	test -e $(DESTDIR)$(SYSCONFDIR)/paird/paird.conf || \
 	  install -D -m 0644 etc/paird/paird.conf $(DESTDIR)$(SYSCONFDIR)/paird/paird.conf
@@ -165,7 +166,7 @@ uninstall:
 	-[ -z "$(DESTDIR)" ] && systemctl disable --now paird 2>/dev/null; true
 	rm -f $(DESTDIR)$(PREFIX)/sbin/paird $(DESTDIR)$(PREFIX)/bin/pairctl $(DESTDIR)$(UNITDIR)/paird.service \
 	  $(DESTDIR)$(PREFIX)/share/doc/paird/README.md $(DESTDIR)$(PREFIX)/share/doc/paird/LICENSE \
-	  $(DESTDIR)/usr/share/dbus-1/system.d/org.paird1.conf
+	  $(DESTDIR)$(PREFIX)/share/doc/paird/reference.md $(DESTDIR)/usr/share/dbus-1/system.d/org.paird1.conf
 	-rmdir $(DESTDIR)$(PREFIX)/share/doc/paird 2>/dev/null; true
 	-[ -z "$(DESTDIR)" ] && systemctl daemon-reload 2>/dev/null; true
 	-[ -z "$(DESTDIR)" ] && systemctl reload dbus 2>/dev/null; true
