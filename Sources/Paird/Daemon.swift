@@ -51,6 +51,14 @@ public final class Daemon {
     /// Why the last state-file write failed; nil once one succeeds.
     var stateFileError: String?
     var ready = false
+    /// The availability record: the pure recorder and its file. nil when the file could not be
+    /// opened (paird runs on without it, and says so).
+    var history: HistoryStore?
+    var recorder = HistoryRecorder()
+    /// Why the record could not be written (logged once until a write succeeds again).
+    var historyError: String?
+    /// When a record was last appended (uptime nanoseconds), for the hourly `alive` line.
+    var lastHistoryWrite: Int64 = 0
 
     public init(options: Options, log: Log) throws {
         self.log = log
@@ -73,7 +81,48 @@ public final class Daemon {
                     id: Log.MessageID.stateFileQuarantined, fields: ["PAIRD_STATE_FILE": aside])
         }
         machine = PairingMachine(config: config.machine, restoring: restored, now: Daemon.now())
+
+        let store = HistoryStore(path: HistoryStore.path(besideStateFile: options.stateFilePath), cap: config.history)
+        do {
+            let (earlier, skipped) = try store.open(now: Daemon.now().unixTime)
+            if skipped > 0 { log.warning("availability record \(store.path): skipped \(skipped) line(s) that are no record (a write cut short by a crash?)") }
+            recorder = HistoryRecorder(earlier: earlier)
+            history = store
+        } catch {
+            log.error("availability record \(store.path) unusable (\(error)); paird runs without it")
+        }
+        record(.pairdStarted, now: Daemon.now())
     }
+
+    /// Feeds the recorder and appends what it makes: one write and one fsync per batch. The cap
+    /// is applied (a rewrite) only when the file holds a tenth more than it allows.
+    func record(_ input: HistoryRecorder.Input, now: Moment) {
+        let records = recorder.handle(input, now: now)
+        guard let history, !records.isEmpty else { return }
+        do {
+            try history.append(records)
+            lastHistoryWrite = now.uptimeNanoseconds
+            if history.needsCompaction { try history.compact(now: now.unixTime) }
+            if historyError != nil { log.info("availability record \(history.path) written again") }
+            historyError = nil
+        } catch {
+            if historyError == nil { log.error("could not write the availability record: \(error)") }
+            historyError = "\(error)"
+        }
+    }
+
+    /// An `alive` line when nothing was written for an hour: after a crash of paird, the time
+    /// its record knows nothing about is at most that.
+    func scheduleHistoryAlive() {
+        loop.schedule(after: .seconds(Self.historyAliveInterval)) { [unowned self] in
+            let now = Daemon.now()
+            if now.uptimeNanoseconds - lastHistoryWrite >= Int64(Self.historyAliveInterval) * 1_000_000_000 - 1_000_000_000 {
+                record(.alive, now: now)
+            }
+            scheduleHistoryAlive()
+        }
+    }
+    static let historyAliveInterval = 3600
 
     /// Monotonic (boottime, as ContinuousClock on Linux) and wall clock, read together.
     static func now() -> Moment {
@@ -98,7 +147,8 @@ public final class Daemon {
             machine: { [unowned self] in machine },
             adapter: { [unowned self] in bluez?.adapter },
             status: { [unowned self] in status() },
-            unsaved: { [unowned self] in stateFileError }))
+            unsaved: { [unowned self] in stateFileError },
+            history: { [unowned self] device, since in try historyJSON(device: device, since: since) }))
         try bus.export(path: PairdAPI.objectPath, object: api.object)
         switch try bus.requestName(PairdAPI.busName) {
         case .primaryOwner, .alreadyOwner: break
@@ -127,6 +177,7 @@ public final class Daemon {
         }
         try loop.onSignal(SIGHUP) { [unowned self] in log.info("SIGHUP: configuration is read at start only; restart paird to apply changes") }
         if let interval = SystemdNotifier.watchdogPingInterval() { scheduleWatchdog(every: interval) }
+        scheduleHistoryAlive()
 
         log.log(.info, "paird \(PairdAPI.version) started, \(machine.devices.count) device(s) known",
                 id: Log.MessageID.started)
@@ -138,6 +189,7 @@ public final class Daemon {
     func shutDown(_ why: String) {
         log.info("\(why): stopping")
         SystemdNotifier.notify("STOPPING=1\nSTATUS=Shutting down")
+        record(.pairdStopping, now: Daemon.now())
         loop.stop()
     }
 
@@ -180,6 +232,11 @@ public final class Daemon {
     private func process(_ event: Event) {
         let now = Daemon.now()
         if log.minimumPriority == .debug { log.debug("machine: \(event)") }
+        switch event {
+        case .bluetoothdLeft: record(.bluetoothdLeft, now: now)
+        case .adapterReady: record(.adapterReady, now: now)
+        default: break
+        }
         actions.removeAll(keepingCapacity: true)
         machine.handle(event, now: now, into: &actions)
         let batch = actions
@@ -278,6 +335,7 @@ public final class Daemon {
             log.info("starting bluetoothd again (bus activation of org.bluez)")
             startBluetoothd()
         case .bluetoothdReport(let r):
+            if case .crashed = r { record(.bluetoothdCrashed, now: now) }
             report(r)
         case .arm(let c):
             let id = c.id
@@ -300,6 +358,7 @@ public final class Daemon {
                 log.error("could not write the state file: \(error); the change is kept in memory only (pairctl is told) and written at the next change")
             }
         case .report(let r):
+            record(.report(r), now: now)
             report(r)
         case .pairingProgress(let p):
             api.pairingProgress(p)
@@ -319,6 +378,18 @@ public final class Daemon {
     }
 
     // MARK: Status
+
+    /// `GetHistory`'s answer: `{"schemaVersion":1,"now":…,"records":[…]}`, the records a query
+    /// since `since` for `device` ("" all) needs (`HistoryRecord.window`).
+    func historyJSON(device: String, since: Double) throws -> String {
+        guard let history else { throw SystemError("the availability record is not open", EIO) }
+        let all = try history.load().records
+        let records = HistoryRecord.window(all, device: device.isEmpty ? nil : device, since: since)
+        var out = "{\"now\":\(Daemon.now().unixTime),\"records\":["
+        for (i, r) in records.enumerated() { if i > 0 { out += "," }; out += r.line }
+        out += "],\"schemaVersion\":\(HistoryRecord.schemaVersion)}"
+        return out
+    }
 
     func status() -> StatusDocument {
         StatusDocument(machine: machine, adapter: bluez?.adapter.map { .init(name: $0.name, address: $0.address, powered: $0.powered, present: true) },
