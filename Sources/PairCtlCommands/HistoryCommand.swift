@@ -14,12 +14,15 @@ struct History: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Show how available each wearable was: availability, drops by reason, gaps, reconnect latency, battery, a timeline.",
         discussion: """
-        Availability is measured over the time the wearable was wanted connected: the time it was
-        disconnected by the user (or unpaired) and the time paird was not running are left out,
-        and the output says how much. Timeline: one character per hour (24 h or 48 h shown) or per
-        day (longer), oldest first: '#' connected, '.' away (link lost, out of range), 'x' down
-        for another reason (bluetoothd, the adapter, a lost bond, paird starting), ' ' not
-        wanted or not known. A bucket is '#' only if it was connected for all its wanted time.
+        Availability is measured over the time the wearable was wanted connected: the time it was \
+        disconnected by the user (or unpaired) and the time paird was not running are left out, \
+        and the output says how much.
+
+        Timeline: one character per hour (up to 48 h shown) or per day (longer), oldest first: \
+        '#' connected, '.' away (link lost, out of range), 'x' down for another reason \
+        (bluetoothd, the adapter, a lost bond, paird starting), ' ' not wanted or not known. \
+        A bucket is '#' only if it was connected for all its wanted time.
+
         --json: one object, {"schemaVersion": 1, "since", "until", "devices": [...]}.
         """)
 

@@ -232,15 +232,14 @@ public final class Daemon {
     private func process(_ event: Event) {
         let now = Daemon.now()
         if log.minimumPriority == .debug { log.debug("machine: \(event)") }
-        switch event {
-        case .bluetoothdLeft: record(.bluetoothdLeft, now: now)
-        case .adapterReady: record(.adapterReady, now: now)
-        default: break
-        }
+        if let input = HistoryRecorder.input(before: event) { record(input, now: now) }
         actions.removeAll(keepingCapacity: true)
         machine.handle(event, now: now, into: &actions)
         let batch = actions
-        for action in batch { perform(action, now: now) }
+        for action in batch {
+            if let input = HistoryRecorder.input(for: action) { record(input, now: now) }
+            perform(action, now: now)
+        }
         let status = machine.statusLine(now: now)
         if status != lastStatus {
             lastStatus = status
@@ -335,7 +334,6 @@ public final class Daemon {
             log.info("starting bluetoothd again (bus activation of org.bluez)")
             startBluetoothd()
         case .bluetoothdReport(let r):
-            if case .crashed = r { record(.bluetoothdCrashed, now: now) }
             report(r)
         case .arm(let c):
             let id = c.id
@@ -358,7 +356,6 @@ public final class Daemon {
                 log.error("could not write the state file: \(error); the change is kept in memory only (pairctl is told) and written at the next change")
             }
         case .report(let r):
-            record(.report(r), now: now)
             report(r)
         case .pairingProgress(let p):
             api.pairingProgress(p)

@@ -23,6 +23,7 @@ public struct HistoryAnalysis: Sendable, Hashable, Codable {
         public var seconds: Double
         /// The reason of the drop (or change) that began it.
         public var reason: String?
+        public init(start: Double, seconds: Double, reason: String?) { self.start = start; self.seconds = seconds; self.reason = reason }
     }
 
     public struct Latency: Sendable, Hashable, Codable {
@@ -30,6 +31,7 @@ public struct HistoryAnalysis: Sendable, Hashable, Codable {
         public var p50: Double
         public var p95: Double
         public var max: Double
+        public init(count: Int, p50: Double, p95: Double, max: Double) { self.count = count; self.p50 = p50; self.p95 = p95; self.max = max }
     }
 
     public struct Battery: Sendable, Hashable, Codable {
@@ -38,6 +40,9 @@ public struct HistoryAnalysis: Sendable, Hashable, Codable {
         public var last: Int
         public var lastAt: Double
         public var readings: Int
+        public init(first: Int, firstAt: Double, last: Int, lastAt: Double, readings: Int) {
+            self.first = first; self.firstAt = firstAt; self.last = last; self.lastAt = lastAt; self.readings = readings
+        }
     }
 
     public struct Timeline: Sendable, Hashable, Codable {

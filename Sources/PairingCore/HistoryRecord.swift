@@ -60,7 +60,7 @@ public struct HistoryRecord: Sendable, Hashable, Codable {
         public static let bondLost = "bond-lost"
         /// paird (re)started and has not connected it yet.
         public static let starting = "paird-start"
-        /// The user asked for it again (`pairctl connect`) and it is not connected yet.
+        /// Just paired, or the user asked for it again (`pairctl connect`), and not connected yet.
         public static let connecting = "connecting"
     }
 
@@ -166,14 +166,13 @@ public struct HistoryRecord: Sendable, Hashable, Codable {
 
     /// The records a query for `device` (nil: all) since `since` needs: those at or after it,
     /// plus, before it, the last `start`/`stop`/`alive` and each device's last condition-setting
-    /// record (`up`, `down`, `change`, `reason`) and battery reading, so the window starts
+    /// record (`up`, `down`, `change`, and a `reason` after it), so the window starts
     /// knowing what each device was doing. Order is kept.
     public static func window(_ records: [HistoryRecord], device: String?, since: Double) -> [HistoryRecord] {
         var keep = [Bool](repeating: false, count: records.count)
         var lastMarker: Int?
         var lastCondition: [String: Int] = [:]
         var lastReason: [String: Int] = [:]
-        var lastBattery: [String: Int] = [:]
         for (i, r) in records.enumerated() {
             if let device, let d = r.device, d != device { continue }
             if r.at >= since { keep[i] = true; continue }
@@ -181,10 +180,10 @@ public struct HistoryRecord: Sendable, Hashable, Codable {
             case .start, .stop, .alive: lastMarker = i
             case .up, .down, .change: if let d = r.device { lastCondition[d] = i; lastReason[d] = nil }
             case .reason: if let d = r.device { lastReason[d] = i }
-            case .battery: if let d = r.device { lastBattery[d] = i }
+            case .battery: break
             }
         }
-        for i in [lastMarker].compactMap({ $0 }) + Array(lastCondition.values) + Array(lastReason.values) + Array(lastBattery.values) {
+        for i in [lastMarker].compactMap({ $0 }) + Array(lastCondition.values) + Array(lastReason.values) {
             keep[i] = true
         }
         return records.indices.filter { keep[$0] }.map { records[$0] }

@@ -101,6 +101,8 @@ public struct HistoryRecorder: Sendable {
             new = (.unwanted, HistoryRecord.Reason.user, nil)
         case "unpaired":
             new = (.unwanted, HistoryRecord.Reason.unpaired, nil)
+        case "paired":
+            new = (.away, HistoryRecord.Reason.connecting, "paired")
         case "needsRepair":
             new = (.down, HistoryRecord.Reason.bondLost, r.reason)
         case "adapterUnavailable":
@@ -141,7 +143,7 @@ public struct HistoryRecorder: Sendable {
             return [rec]
         }
         if wasConnected {
-            d.droppedAt = now
+            d.droppedAt = condition == .unwanted ? nil : now // the user's own drop is no outage to time
             let lasted = d.upAt.map { now.since($0).seconds }
             d.upAt = nil
             return [HistoryRecord(kind: .down, at: t, device: key, name: d.name, condition: condition, reason: reason,
@@ -149,5 +151,26 @@ public struct HistoryRecorder: Sendable {
         }
         if condition == .unwanted { d.droppedAt = nil }
         return [HistoryRecord(kind: .change, at: t, device: key, name: d.name, condition: condition, reason: reason, detail: detail)]
+    }
+}
+
+extension HistoryRecorder {
+    /// What of a machine event the record needs, told before the machine handles it (so the
+    /// adapter's loss that follows bluetoothd's is known as bluetoothd's).
+    public static func input(before event: Event) -> Input? {
+        switch event {
+        case .bluetoothdLeft: .bluetoothdLeft
+        case .adapterReady: .adapterReady
+        default: nil
+        }
+    }
+
+    /// What of a machine action the record needs: state changes and bluetoothd's crashes.
+    public static func input(for action: Action) -> Input? {
+        switch action {
+        case .report(let r): .report(r)
+        case .bluetoothdReport(.crashed): .bluetoothdCrashed
+        default: nil
+        }
     }
 }
