@@ -115,7 +115,8 @@ public struct HistoryRecorder: Sendable {
             }
             switch d.condition {
             case .connected:
-                new = (.away, HistoryRecord.Reason.linkLoss, r.reason ?? "link-loss")
+                // paird's own word when it has one (BlueZ's reason, no-data, probe-timeout…).
+                new = (.away, HistoryRecord.Reason.linkLoss, r.reason == HistoryRecord.Reason.linkLoss ? nil : r.reason)
             case .away, .down:
                 return [] // still the drop that began it
             case .unwanted:

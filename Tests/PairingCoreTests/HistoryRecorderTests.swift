@@ -54,7 +54,7 @@ struct HistoryRecorderTests {
             HistoryRecord(kind: .change, at: epoch + 10, device: watch.description, name: "Watch", condition: .down, reason: "paird-start"),
             HistoryRecord(kind: .up, at: epoch + 10, device: watch.description, name: "Watch"),
             HistoryRecord(kind: .down, at: epoch + 110, device: watch.description, name: "Watch", condition: .away,
-                          reason: "link-loss", detail: "link-loss", lasted: 100),
+                          reason: "link-loss", lasted: 100),
             HistoryRecord(kind: .up, at: epoch + 141.5, device: watch.description, name: "Watch", latency: 1.5, away: 31.5),
         ])
     }
