@@ -43,34 +43,42 @@ struct History: ParsableCommand {
 
     func run() throws {
         let client = try PairdClient()
-        let reply = try client.call("GetHistory", [.string(""), .double(HistorySince.parse(since, now: Date().timeIntervalSince1970)!)])
-        guard let text = reply.first?.string else { throw PairctlError(.failure, "GetHistory answered \(reply.signature), expected s") }
-        let answer: HistoryAnswer
-        do { answer = try JSONDecoder().decode(HistoryAnswer.self, from: Data(text.utf8)) } catch {
-            throw PairctlError(.failure, "GetHistory answered unreadable JSON: \(error)")
-        }
-        // paird's clock ends the window: the open segment runs to its "now".
-        let from = HistorySince.parse(since, now: answer.now)!
-        var analyses = HistoryAnalysis.analyse(answer.records, since: from, until: answer.now)
+        let reply = try client.call("GetHistory")
+        guard case .unixFD(let file)? = reply.first else { throw PairctlError(.failure, "GetHistory answered \(reply.signature), expected h") }
+        let bytes = try readAll(file.fd)
+        let (records, _) = HistoryRecord.parse(lines: bytes[...])
+        let now = Date().timeIntervalSince1970
+        let from = HistorySince.parse(since, now: now)!
+        var analyses = HistoryAnalysis.analyse(records, since: from, until: now)
         if let w = wearable {
             analyses = analyses.filter { DeviceAddress($0.device) == DeviceAddress(w) || $0.name.lowercased() == w.lowercased() }
             if analyses.isEmpty { throw PairctlError(.unknownDevice, "the availability record has nothing about \"\(w)\" since \(timestamp(Date(timeIntervalSince1970: from)))") }
         }
         if json {
-            say(HistoryDocument(since: from, until: answer.now, analyses: analyses).json())
+            say(HistoryDocument(since: from, until: now, analyses: analyses).json())
         } else if analyses.isEmpty {
             say("the availability record holds nothing since \(timestamp(Date(timeIntervalSince1970: from)))")
         } else {
             say(analyses.map(HistoryText.render).joined(separator: "\n\n"))
         }
     }
-}
 
-/// `GetHistory`'s answer.
-struct HistoryAnswer: Decodable {
-    var schemaVersion: Int
-    var now: Double
-    var records: [HistoryRecord]
+    /// The whole file behind `fd` (paird's read-only descriptor of the record), from its start.
+    func readAll(_ fd: Int32) throws(PairctlError) -> [UInt8] {
+        var out: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 256 * 1024)
+        var offset: off_t = 0
+        while true {
+            let n = chunk.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, offset) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw PairctlError(.failure, "cannot read the availability record paird handed over: \(String(cString: strerror(errno)))")
+            }
+            if n == 0 { return out }
+            out += chunk[0..<n]
+            offset += off_t(n)
+        }
+    }
 }
 
 /// `--since`: `90m`, `24h`, `7d`, `30s`, a date (`2026-11-20`, local midnight) or RFC 3339.

@@ -84,9 +84,7 @@ public final class Daemon {
 
         let store = HistoryStore(path: HistoryStore.path(besideStateFile: options.stateFilePath), cap: config.history)
         do {
-            let (earlier, skipped) = try store.open(now: Daemon.now().unixTime)
-            if skipped > 0 { log.warning("availability record \(store.path): skipped \(skipped) line(s) that are no record (a write cut short by a crash?)") }
-            recorder = HistoryRecorder(earlier: earlier)
+            recorder = HistoryRecorder(earlier: try store.open())
             history = store
         } catch {
             log.error("availability record \(store.path) unusable (\(error)); paird runs without it")
@@ -94,20 +92,29 @@ public final class Daemon {
         record(.pairdStarted, now: Daemon.now())
     }
 
-    /// Feeds the recorder and appends what it makes: one write and one fsync per batch. The cap
-    /// is applied (a rewrite) only when the file holds a tenth more than it allows.
+    /// Feeds the recorder and appends what it makes: one write per record and one fsync. The cap
+    /// is applied on a thread of its own (`HistoryStore.compactInBackground`), never on the loop.
     func record(_ input: HistoryRecorder.Input, now: Moment) {
         let records = recorder.handle(input, now: now)
         guard let history, !records.isEmpty else { return }
         do {
             try history.append(records)
             lastHistoryWrite = now.uptimeNanoseconds
-            if history.needsCompaction { try history.compact(now: now.unixTime) }
             if historyError != nil { log.info("availability record \(history.path) written again") }
             historyError = nil
         } catch {
             if historyError == nil { log.error("could not write the availability record: \(error)") }
             historyError = "\(error)"
+        }
+        if history.needsCompaction(now: now.unixTime), !history.compacting {
+            let lines = history.lineCount
+            history.compactInBackground(now: now.unixTime, on: loop) { [unowned self] error in
+                if let error {
+                    log.warning("could not apply the availability record's cap: \(error); tried again at the next record")
+                } else {
+                    log.info("availability record \(history.path) compacted: \(lines) → \(history.lineCount) lines")
+                }
+            }
         }
     }
 
@@ -148,7 +155,7 @@ public final class Daemon {
             adapter: { [unowned self] in bluez?.adapter },
             status: { [unowned self] in status() },
             unsaved: { [unowned self] in stateFileError },
-            history: { [unowned self] device, since in try historyJSON(device: device, since: since) }))
+            history: { [unowned self] in try historyFile() }))
         try bus.export(path: PairdAPI.objectPath, object: api.object)
         switch try bus.requestName(PairdAPI.busName) {
         case .primaryOwner, .alreadyOwner: break
@@ -376,16 +383,11 @@ public final class Daemon {
 
     // MARK: Status
 
-    /// `GetHistory`'s answer: `{"schemaVersion":1,"now":…,"records":[…]}`, the records a query
-    /// since `since` for `device` ("" all) needs (`HistoryRecord.window`).
-    func historyJSON(device: String, since: Double) throws -> String {
-        guard let history else { throw SystemError("the availability record is not open", EIO) }
-        let all = try history.load().records
-        let records = HistoryRecord.window(all, device: device.isEmpty ? nil : device, since: since)
-        var out = "{\"now\":\(Daemon.now().unixTime),\"records\":["
-        for (i, r) in records.enumerated() { if i > 0 { out += "," }; out += r.line }
-        out += "],\"schemaVersion\":\(HistoryRecord.schemaVersion)}"
-        return out
+    /// `GetHistory`'s answer: a read-only descriptor of the record (pairctl reads and analyses
+    /// it; paird parses nothing while running).
+    func historyFile() throws -> UnixFD {
+        guard let history else { throw SystemError("the availability record is not open (see paird's journal)", EIO) }
+        return UnixFD(taking: try history.openForReading())
     }
 
     func status() -> StatusDocument {

@@ -14,8 +14,8 @@ final class ManagerAPI {
         var status: () -> StatusDocument
         /// Why the state file could not be written, if the last write failed.
         var unsaved: () -> String?
-        /// `GetHistory(device, since)`: the availability record's JSON.
-        var history: (String, Double) throws -> String
+        /// `GetHistory() → h`: a read-only descriptor of the availability record.
+        var history: () throws -> UnixFD
     }
 
     let object = DBusObject()
@@ -69,14 +69,11 @@ final class ManagerAPI {
         i.method("GetStatus", out: "s") { [unowned self] _, call in
             call.reply([.string(backend.status().json(pretty: false))])
         }
-        i.method("GetHistory", in: "sd", out: "s") { [unowned self] args, call in
-            guard args.count == 2, let device = args[0].string, let since = args[1].double, since.isFinite else {
-                throw DBusError(name: PairdAPI.Error.invalidArguments, message: "GetHistory takes (s device or \"\", d since in Unix seconds)")
-            }
+        i.method("GetHistory", out: "h") { [unowned self] _, call in
             do {
-                call.reply([.string(try backend.history(device, since))])
+                call.reply([.unixFD(try backend.history())])
             } catch {
-                throw DBusError(name: PairdAPI.Error.failed, message: "cannot read the availability record: \(error)")
+                throw DBusError(name: PairdAPI.Error.failed, message: "cannot open the availability record: \(error)")
             }
         }
         i.property("Version", signature: "s", emitsChange: false, get: { .string(PairdAPI.version) })

@@ -6,7 +6,8 @@
 ///   `Interactive` b), `AnswerPasskey(u)`, `AnswerConfirmation(b)` (only from the caller of the
 ///   running `Pair`), `CancelPairing()`,
 ///   `Unpair(s)`, `Connect(s)`, `Disconnect(s)`, `GetStatus() → s` (the `StatusDocument` JSON),
-///   `GetHistory(s device, d since) → s` (the availability record, `HistoryRecord.window`).
+///   `GetHistory() → h` (a read-only descriptor of the availability record, JSON lines of
+///   `HistoryRecord`: the caller reads and analyses it, `HistoryAnalysis`).
 /// - Signals: `StateChanged(s address, s state, s reason)` (broadcast, public),
 ///   `PairingProgress(s kind, s address, s text)` (unicast to the caller of the running `Pair`: it
 ///   carries the passkey or the number to compare), `Notification(s address, s characteristic,

@@ -152,6 +152,18 @@ public struct HistoryRecord: Sendable, Hashable, Codable {
         return try? JSONDecoder().decode(HistoryRecord.self, from: Data(bytes))
     }
 
+    /// Every line of `bytes` that is a record, in order, and how many lines were none (torn,
+    /// garbled). Empty lines are not counted.
+    public static func parse(lines bytes: ArraySlice<UInt8>) -> (records: [HistoryRecord], skipped: Int) {
+        let decoder = JSONDecoder()
+        var records: [HistoryRecord] = []
+        var skipped = 0
+        for line in bytes.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: true) {
+            if let r = try? decoder.decode(HistoryRecord.self, from: Data(line)) { records.append(r) } else { skipped += 1 }
+        }
+        return (records, skipped)
+    }
+
     /// `2026-11-26T16:05:29.123Z`.
     public static func formatTime(_ t: Double) -> String {
         Date(timeIntervalSince1970: t).formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true))
@@ -162,30 +174,5 @@ public struct HistoryRecord: Sendable, Hashable, Codable {
         if let d = try? Date.ISO8601FormatStyle(includingFractionalSeconds: true).parse(s) { return d.timeIntervalSince1970 }
         if let d = try? Date.ISO8601FormatStyle().parse(s) { return d.timeIntervalSince1970 }
         return nil
-    }
-
-    /// The records a query for `device` (nil: all) since `since` needs: those at or after it,
-    /// plus, before it, the last `start`/`stop`/`alive` and each device's last condition-setting
-    /// record (`up`, `down`, `change`, and a `reason` after it), so the window starts
-    /// knowing what each device was doing. Order is kept.
-    public static func window(_ records: [HistoryRecord], device: String?, since: Double) -> [HistoryRecord] {
-        var keep = [Bool](repeating: false, count: records.count)
-        var lastMarker: Int?
-        var lastCondition: [String: Int] = [:]
-        var lastReason: [String: Int] = [:]
-        for (i, r) in records.enumerated() {
-            if let device, let d = r.device, d != device { continue }
-            if r.at >= since { keep[i] = true; continue }
-            switch r.kind {
-            case .start, .stop, .alive: lastMarker = i
-            case .up, .down, .change: if let d = r.device { lastCondition[d] = i; lastReason[d] = nil }
-            case .reason: if let d = r.device { lastReason[d] = i }
-            case .battery: break
-            }
-        }
-        for i in [lastMarker].compactMap({ $0 }) + Array(lastCondition.values) + Array(lastReason.values) {
-            keep[i] = true
-        }
-        return records.indices.filter { keep[$0] }.map { records[$0] }
     }
 }

@@ -117,16 +117,4 @@ struct HistoryAnalysisTests {
         #expect(a.reconnectLatency == HistoryAnalysis.Latency(count: 20, p50: 10, p95: 19, max: 20))
         #expect(a.drops.count == 20)
     }
-
-    @Test("window(): records before `since` that set each device's condition are kept, others not")
-    func windowRecords() {
-        let w = HistoryRecord.window(Self.record, device: nil, since: Self.t0 + 15000)
-        #expect(w.prefix(2) == [Self.mark(.start, 0), Self.up(14400, latency: 4)],
-                "the last start before 15000, and the condition at 15000 comes from the up at 14400")
-        #expect(w.contains(Self.battery(17000, 85)))
-        #expect(!w.contains(Self.down(3600, .away, "link-loss")))
-        let a = HistoryAnalysis.analyse(w, device: Self.d, since: Self.t0 + 15000, until: Self.t0 + 36000)
-        let b = HistoryAnalysis.analyse(Self.record, device: Self.d, since: Self.t0 + 15000, until: Self.t0 + 36000)
-        #expect(a == b, "the window's records give the same analysis as the whole record")
-    }
 }
