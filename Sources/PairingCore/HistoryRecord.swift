@@ -60,6 +60,8 @@ public struct HistoryRecord: Sendable, Hashable, Codable {
         public static let bondLost = "bond-lost"
         /// paird (re)started and has not connected it yet.
         public static let starting = "paird-start"
+        /// paird's start found it not connected, and it is waited for (out of range).
+        public static let awayAtStart = "away-at-start"
         /// Just paired, or the user asked for it again (`pairctl connect`), and not connected yet.
         public static let connecting = "connecting"
     }

@@ -26,6 +26,9 @@ public struct HistoryRecorder: Sendable {
         /// systemd called bluetoothd's exit a crash (`BluetoothdReport.crashed`).
         case bluetoothdCrashed
         case battery(DeviceAddress, level: UInt8)
+        /// A private address resolved to the wearable's identity (`Event.addressChanged`): what
+        /// is known of it moves to the new address (earlier lines keep the old one).
+        case addressChanged(DeviceAddress, to: DeviceAddress)
     }
 
     struct Device: Sendable {
@@ -86,6 +89,10 @@ public struct HistoryRecorder: Sendable {
         case .report(let r):
             guard let a = r.device else { return [] }
             return stateChanged(a, r, now)
+        case .addressChanged(let old, let new):
+            if let d = devices.removeValue(forKey: old) { devices[new] = d }
+            if let l = battery.removeValue(forKey: old.description) { battery[new.description] = l }
+            return []
         }
     }
 
@@ -117,10 +124,15 @@ public struct HistoryRecorder: Sendable {
             case .connected:
                 // paird's own word when it has one (BlueZ's reason, no-data, probe-timeout…).
                 new = (.away, HistoryRecord.Reason.linkLoss, r.reason == HistoryRecord.Reason.linkLoss ? nil : r.reason)
+            case .down where d.reason == HistoryRecord.Reason.starting && r.to == "waitingForDevice":
+                // paird's start found it not connected: it is away, not down.
+                new = (.away, HistoryRecord.Reason.awayAtStart, nil)
             case .away, .down:
                 return [] // still the drop that began it
             case .unwanted:
                 new = (.away, HistoryRecord.Reason.connecting, nil)
+            case nil where r.to == "waitingForDevice":
+                new = (.away, HistoryRecord.Reason.awayAtStart, nil) // found not connected at paird's start
             case nil:
                 new = (.down, HistoryRecord.Reason.starting, nil)
             }
@@ -162,6 +174,7 @@ extension HistoryRecorder {
         switch event {
         case .bluetoothdLeft: .bluetoothdLeft
         case .adapterReady: .adapterReady
+        case .addressChanged(let old, let new, _): .addressChanged(old, to: new)
         default: nil
         }
     }

@@ -121,6 +121,23 @@ struct HistoryRecorderTests {
         #expect(b.records.last?.detail == "bond-removed")
     }
 
+    @Test("paird starting while the wearable is away: down while restoring, then away (not down) until it returns")
+    func awayAtStart() {
+        var r = Recording(h: Harness(state: PersistedState(devices: [
+            PersistedDevice(identity: DeviceIdentity(address: watch, name: "Watch", adapter: "hci0", serviceUUIDs: [ServiceUUID.heartRate]),
+                            wanted: .connected, pairedAt: 0, updatedAt: 0),
+        ])))
+        r.input(.pairdStarted)
+        r.h.advance(.seconds(1))
+        r.send(.adapterReady([watch: BlueZDeviceView(connected: false)]))
+        #expect(r.records.map(\.reason) == [nil, "away-at-start"], "\(r.records)")
+        #expect(r.records.last?.condition == .away)
+        r.h.advance(.seconds(60))
+        r.linkComesUp(watch)
+        #expect(r.records.last?.kind == .up)
+        #expect(r.records.last?.away == nil, "no drop of this paird's: the time away is the analysis's gap")
+    }
+
     @Test("battery: recorded only on change, and not again after a restart with the same level")
     func battery() {
         var rec = HistoryRecorder()
