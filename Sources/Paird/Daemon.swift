@@ -81,8 +81,15 @@ public final class Daemon {
                     id: Log.MessageID.stateFileQuarantined, fields: ["PAIRD_STATE_FILE": aside])
         }
         machine = PairingMachine(config: config.machine, restoring: restored, now: Daemon.now())
+        historyPath = HistoryStore.path(besideStateFile: options.stateFilePath)
+    }
 
-        let store = HistoryStore(path: HistoryStore.path(besideStateFile: options.stateFilePath), cap: config.history)
+    let historyPath: String
+
+    /// Opens the availability record and says paird started. Only once paird owns its bus name: a
+    /// second paird on the same state directory, about to exit, must not touch the first's record.
+    func openHistory() {
+        let store = HistoryStore(path: historyPath, cap: config.history)
         do {
             recorder = HistoryRecorder(earlier: try store.open())
             history = store
@@ -162,6 +169,7 @@ public final class Daemon {
         case .inQueue, .exists:
             throw DBusError(name: DBusError.Name.failed, message: "\(PairdAPI.busName) is already owned: is another paird running?")
         }
+        openHistory()
 
         bluez = BlueZClient(connection: bus, adapter: config.adapter)
         bluez.onEvent = { [unowned self] event in handle(event) }
