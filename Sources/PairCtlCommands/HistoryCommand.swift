@@ -15,8 +15,8 @@ struct History: ParsableCommand {
         abstract: "Show how available each wearable was: availability, drops by reason, gaps, reconnect latency, battery, a timeline.",
         discussion: """
         Availability is measured over the time the wearable was wanted connected: the time it was \
-        disconnected by the user (or unpaired) and the time paird was not running are left out, \
-        and the output says how much.
+        disconnected by the user and the time paird was not running are left out, and the output \
+        says how much. An unpaired wearable's record ends at the unpairing.
 
         Timeline: one character per hour (up to 48 h shown) or per day (longer), oldest first: \
         '#' connected, '.' away (link lost, out of range), 'x' down for another reason \
@@ -175,7 +175,7 @@ enum HistoryText {
         } else {
             lines.append("  availability: not measured (never wanted connected in this window, as far as the record knows)")
         }
-        lines.append("  left out: \(duration(a.notWantedSeconds)) not wanted (disconnected by the user), \(duration(a.unknownSeconds)) unknown (paird not running, or not yet knowing it)")
+        lines.append("  left out: \(duration(a.notWantedSeconds)) not wanted (disconnected by the user), \(duration(a.unknownSeconds)) unknown (paird not running, or not knowing it then)")
         if a.drops.isEmpty {
             lines.append("  drops: none")
         } else {

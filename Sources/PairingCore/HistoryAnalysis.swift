@@ -64,7 +64,7 @@ public struct HistoryAnalysis: Sendable, Hashable, Codable {
     public var connectedSeconds: Double
     public var awaySeconds: Double
     public var downSeconds: Double
-    /// Left out of availability: not wanted (user disconnect, unpaired).
+    /// Left out of availability: not wanted (disconnected by the user).
     public var notWantedSeconds: Double
     /// Left out of availability: paird not running (or not yet knowing the wearable).
     public var unknownSeconds: Double
@@ -82,11 +82,13 @@ public struct HistoryAnalysis: Sendable, Hashable, Codable {
         public var reason: String?
     }
 
-    /// Every device that has a record in `records`, by address, analysed over `[since, until]`.
+    /// Every device the record knows something about in `[since, until]`, by address (one
+    /// unpaired before the window, with nothing since, is left out).
     public static func analyse(_ records: [HistoryRecord], since: Double, until: Double) -> [HistoryAnalysis] {
-        var seen: [String] = []
-        for r in records { if let d = r.device, !seen.contains(d) { seen.append(d) } }
+        var seen = Set<String>()
+        for r in records { if let d = r.device { seen.insert(d) } }
         return seen.sorted().map { analyse(records, device: $0, since: since, until: until) }
+            .filter { $0.wantedSeconds + $0.notWantedSeconds > 0 || !$0.drops.isEmpty || $0.battery != nil }
     }
 
     public static func analyse(_ records: [HistoryRecord], device: String, since: Double, until: Double) -> HistoryAnalysis {
@@ -122,6 +124,11 @@ public struct HistoryAnalysis: Sendable, Hashable, Codable {
                     if let i = currentDrop, let reason = r.reason { drops[i].reason = reason }
                 case .up, .down, .change:
                     close(at: r.at)
+                    if r.reason == HistoryRecord.Reason.unpaired {
+                        // Unpaired: nothing more to know of it (a new pairing starts it again).
+                        if r.kind == .down { drops.append(Drop(at: r.at, reason: HistoryRecord.Reason.unpaired, detail: r.detail)) }
+                        continue
+                    }
                     let condition: HistoryRecord.Condition = r.kind == .up ? .connected : (r.condition ?? .down)
                     current = Segment(start: r.at, end: r.at, condition: condition, reason: r.reason)
                     if r.kind == .down {

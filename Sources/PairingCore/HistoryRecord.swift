@@ -42,7 +42,7 @@ public struct HistoryRecord: Sendable, Hashable, Codable {
         /// Wanted, and down for another reason (bluetoothd, the adapter, a lost bond, paird
         /// starting): `x`.
         case down
-        /// Not wanted connected (the user disconnected or unpaired it): ` `, and left out of
+        /// Not wanted connected (the user disconnected it; unpaired: the record of it ends): ` `, left out of
         /// availability.
         case unwanted
     }

@@ -106,6 +106,22 @@ struct HistoryAnalysisTests {
         #expect(week.timeline.strip == "      .", "six days unknown, then the day with the outages: away 800 s > down 310 s")
     }
 
+    @Test("unpaired: its time ends there (not counted as not wanted afterwards); one unpaired before the window is not listed")
+    func unpaired() {
+        let rec: [HistoryRecord] = [
+            Self.mark(.start, 0), Self.up(0), Self.down(1000, .unwanted, "unpaired"),
+            HistoryRecord(kind: .up, at: Self.t0 + 500, device: "C0:FF:EE:00:00:02", name: "Ring"),
+        ]
+        let a = HistoryAnalysis.analyse(rec, device: Self.d, since: Self.t0, until: Self.t0 + 4000)
+        #expect(a.connectedSeconds == 1000)
+        #expect(a.notWantedSeconds == 0)
+        #expect(a.unknownSeconds == 3000)
+        #expect(a.dropsByReason == ["unpaired": 1])
+        #expect(HistoryAnalysis.analyse(rec, since: Self.t0, until: Self.t0 + 4000).map(\.device) == ["00:AA:01:01:00:01", "C0:FF:EE:00:00:02"])
+        #expect(HistoryAnalysis.analyse(rec, since: Self.t0 + 2000, until: Self.t0 + 4000).map(\.device) == ["C0:FF:EE:00:00:02"],
+                "the watch was unpaired before the window")
+    }
+
     @Test("nearest-rank percentiles of 20 latencies: p50 the 10th, p95 the 19th")
     func percentiles() {
         var rec = [Self.mark(.start, 0)]
