@@ -23,7 +23,7 @@ struct History: ParsableCommand {
         (bluetoothd, the adapter, a lost bond, paird starting), ' ' not wanted or not known. \
         A bucket is '#' only if it was connected for all its wanted time.
 
-        --json: one object, {"schemaVersion": 1, "since", "until", "devices": [...]}.
+        --json: one object, {"schemaVersion": 1, "since", "until", "skippedLines", "devices": [...]}.
         """)
 
     @Argument(help: ArgumentHelp("The wearable's address or name (as status shows it); all wearables in the record when left out.", valueName: "address|name"))
@@ -46,7 +46,7 @@ struct History: ParsableCommand {
         let reply = try client.call("GetHistory")
         guard case .unixFD(let file)? = reply.first else { throw PairctlError(.failure, "GetHistory answered \(reply.signature), expected h") }
         let bytes = try readAll(file.fd)
-        let (records, _) = HistoryRecord.parse(lines: bytes[...])
+        let (records, skipped) = HistoryRecord.parse(lines: bytes[...])
         let now = Date().timeIntervalSince1970
         let from = HistorySince.parse(since, now: now)!
         var analyses = HistoryAnalysis.analyse(records, since: from, until: now)
@@ -55,12 +55,15 @@ struct History: ParsableCommand {
             if analyses.isEmpty { throw PairctlError(.unknownDevice, "the availability record has nothing about \"\(w)\" since \(timestamp(Date(timeIntervalSince1970: from)))") }
         }
         if json {
-            say(HistoryDocument(since: from, until: now, analyses: analyses).json())
-        } else if analyses.isEmpty {
+            say(HistoryDocument(since: from, until: now, skippedLines: skipped, analyses: analyses).json())
+            return
+        }
+        if analyses.isEmpty {
             say("the availability record holds nothing since \(timestamp(Date(timeIntervalSince1970: from)))")
         } else {
             say(analyses.map(HistoryText.render).joined(separator: "\n\n"))
         }
+        if skipped > 0 { say("(\(skipped) line(s) of the record are no record and were skipped: a write cut short by a crash?)") }
     }
 
     /// The whole file behind `fd` (paird's read-only descriptor of the record), from its start.
@@ -116,6 +119,8 @@ public enum HistorySince {
 struct HistoryDocument: Encodable {
     var since: Double
     var until: Double
+    /// Lines of the file that are no record (a torn last line after a crash).
+    var skippedLines: Int
     var analyses: [HistoryAnalysis]
 
     struct Device: Encodable {
@@ -139,11 +144,12 @@ struct HistoryDocument: Encodable {
     struct Battery: Encodable { var first: Int; var firstAt: String; var last: Int; var lastAt: String; var readings: Int }
 
     func encode(to encoder: any Encoder) throws {
-        enum K: String, CodingKey { case schemaVersion, since, until, devices }
+        enum K: String, CodingKey { case schemaVersion, since, until, skippedLines, devices }
         var c = encoder.container(keyedBy: K.self)
         try c.encode(HistoryRecord.schemaVersion, forKey: .schemaVersion)
         try c.encode(HistoryRecord.formatTime(since), forKey: .since)
         try c.encode(HistoryRecord.formatTime(until), forKey: .until)
+        try c.encode(skippedLines, forKey: .skippedLines)
         try c.encode(analyses.map { a in
             Device(address: a.device, name: a.name, availabilityPercent: a.availabilityPercent.map(Self.round),
                    wantedSeconds: Self.round(a.wantedSeconds), connectedSeconds: Self.round(a.connectedSeconds),

@@ -9,7 +9,7 @@ import Foundation
 /// line, keys sorted; `at` is RFC 3339 UTC with milliseconds, so `grep 2026-11-26 history.jsonl`
 /// finds a day. Fields a kind does not use are left out.
 public struct HistoryRecord: Sendable, Hashable, Codable {
-    /// Of `GetHistory`'s answer and `pairctl history --json`.
+    /// Of `pairctl history --json`.
     public static let schemaVersion = 1
 
     public enum Kind: String, Sendable, Hashable, Codable {

@@ -41,6 +41,7 @@ struct HistoryIntegrationTests {
 
         func check(_ doc: [String: Any], _ when: String) throws {
             #expect(doc["schemaVersion"] as? Int == 1, "\(when)")
+            #expect(doc["skippedLines"] as? Int == 0, "\(when)")
             let devices = try #require(doc["devices"] as? [[String: Any]], "\(when): \(doc)")
             #expect(devices.count == 1, "\(when)")
             let d = try #require(devices.first)
@@ -61,17 +62,24 @@ struct HistoryIntegrationTests {
         }
         try check(try historyJSON(host), "while running")
 
-        // A restart keeps the record; the file holds it as JSON lines.
+        // A restart keeps the record, also after a write cut short (a torn last line); the file
+        // holds it as JSON lines.
         try host.stopPaird()
+        let file = host.dir.appendingPathComponent("history.jsonl").path
+        let torn = try #require(FileHandle(forWritingAtPath: file))
+        torn.seekToEndOfFile()
+        torn.write(Data(#"{"at":"2026-11-26T16:1"#.utf8))
+        try torn.close()
         try host.setDevice(watch, "'Connected': True, 'ServicesResolved': True")
         try host.startPaird()
         try waitFor("connected after restart", deadline: 10) { host.state() == "connected" }
         try check(try historyJSON(host, watch), "after a restart, by address")
-        let lines = try String(contentsOfFile: host.dir.appendingPathComponent("history.jsonl").path, encoding: .utf8)
+        let lines = try String(contentsOfFile: file, encoding: .utf8)
             .split(separator: "\n")
         #expect(lines.filter { $0.contains("\"type\":\"start\"") }.count == 2, "\(lines)")
         #expect(lines.filter { $0.contains("\"type\":\"stop\"") }.count == 1, "\(lines)")
         #expect(lines.filter { $0.contains("\"type\":\"down\"") && $0.contains("\"reason\":\"link-loss\"") }.count == 1, "\(lines)")
+        #expect(lines.allSatisfy { HistoryRecord.parse(line: Array($0.utf8)) != nil }, "the torn tail was cut, nothing glued to it: \(lines)")
 
         let text = host.pairctl("history", "watch")
         #expect(text.status == 0, "\(text.err)")
