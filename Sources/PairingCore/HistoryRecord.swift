@@ -151,6 +151,7 @@ public struct HistoryRecord: Sendable, Hashable, Codable {
     /// One line back into a record; nil for anything that is not one (a torn or garbled line).
     public static func parse<S: Collection<UInt8>>(line bytes: S) -> HistoryRecord? {
         guard !bytes.isEmpty else { return nil }
+        if let r = fastParse(ArraySlice(bytes)) { return r }
         return try? JSONDecoder().decode(HistoryRecord.self, from: Data(bytes))
     }
 
@@ -158,10 +159,11 @@ public struct HistoryRecord: Sendable, Hashable, Codable {
     /// garbled). Empty lines are not counted.
     public static func parse(lines bytes: ArraySlice<UInt8>) -> (records: [HistoryRecord], skipped: Int) {
         let decoder = JSONDecoder()
+        let cache = StringCache()
         var records: [HistoryRecord] = []
         var skipped = 0
         for line in bytes.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: true) {
-            if let r = try? decoder.decode(HistoryRecord.self, from: Data(line)) { records.append(r) } else { skipped += 1 }
+            if let r = fastParse(line, cache: cache) ?? (try? decoder.decode(HistoryRecord.self, from: Data(line))) { records.append(r) } else { skipped += 1 }
         }
         return (records, skipped)
     }

@@ -1,3 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
 import PairingCore
 import Testing
 
@@ -156,6 +161,42 @@ struct HistoryRecorderTests {
         #expect(r.records.last?.kind == .down)
         #expect(r.records.last?.condition == .unwanted)
         #expect(r.records.last?.reason == "unpaired")
+    }
+
+    @Test("the fast reader agrees with JSONDecoder on what paird writes, and refuses every torn prefix of a line")
+    func fastReader() throws {
+        let samples = [
+            HistoryRecord(kind: .start, at: 1_800_000_000),
+            HistoryRecord(kind: .up, at: 1_764_173_129.037, device: "00:AA:01:01:00:01", name: "Watch", latency: 0.25, away: 3601.5),
+            HistoryRecord(kind: .down, at: 1_764_173_129.999, device: "00:AA:01:01:00:01", name: "Polar H10 \"7E\" / ✓ 心拍",
+                          condition: .away, reason: "link-loss", detail: "timeout", lasted: 86400.001),
+            HistoryRecord(kind: .change, at: 951_782_400.5, device: "C0:FF:EE:00:00:02", name: "tab\there", condition: .down, reason: "bond-lost",
+                          detail: "suspected-bond-loss"),
+            HistoryRecord(kind: .battery, at: 4_102_444_799.1, device: "C0:FF:EE:00:00:02", level: 7),
+            HistoryRecord(kind: .reason, at: 1_709_164_800.2, device: "C0:FF:EE:00:00:02", reason: "bluetoothd-crash"),
+        ]
+        for r in samples {
+            let line = Array(r.line.utf8)
+            let slow = try JSONDecoder().decode(HistoryRecord.self, from: Data(line))
+            let fast = try #require(HistoryRecord.parse(line: line), "\(r.line)")
+            // Without an escape in it (a name with a quote has one), JSONDecoder is not needed.
+            #expect((HistoryRecord.fastParse(line[...]) == nil) == r.line.contains("\\"), "\(r.line)")
+            #expect(abs(fast.at - slow.at) < 1e-6, "\(r.line)")
+            var f = fast, s = slow
+            f.at = 0; s.at = 0
+            #expect(f == s, "\(r.line)")
+            #expect(abs(fast.at - r.at) < 0.0015, "milliseconds kept: \(r.line)")
+            for n in 1..<line.count {
+                #expect(HistoryRecord.fastParse(line.prefix(n)) == nil, "a torn prefix of \(n) bytes: \(r.line)")
+                #expect(HistoryRecord.parse(line: line.prefix(n)) == nil, "a torn prefix of \(n) bytes: \(r.line)")
+            }
+        }
+        let edited = Array(#"{ "type": "up", "at": "2026-11-26T17:05:29+01:00", "device": "00:AA:01:01:00:01" }"#.utf8)
+        #expect(HistoryRecord.fastParse(edited[...]) == nil)
+        #expect(HistoryRecord.parse(line: edited)?.at == 1_795_709_129, "another form of time: JSONDecoder reads it")
+        let long = Array(#"{"at":"2026-11-26T16:05:29.000Z","lasted":1234567890.1234567,"type":"down"}"#.utf8)
+        #expect(HistoryRecord.fastParse(long[...]) == nil, "more digits than a Double holds exactly: JSONDecoder's")
+        #expect(HistoryRecord.parse(line: long)?.lasted == 1234567890.1234567)
     }
 
     @Test("records read back as they were written (JSON line, RFC 3339 with milliseconds)")
