@@ -20,6 +20,8 @@ public struct DaemonConfig: Sendable, Equatable {
     /// `Subscribe` names a characteristic (with nothing subscribed no data is awaited). 0 = off.
     public var firstDataTimeout: Duration = Self.defaultFirstDataTimeout
     public static let defaultFirstDataTimeout = Duration.seconds(5)
+    /// `[History] MaxAgeDays`, `MaxRecords`: the availability record's cap (`HistoryStore.Cap`).
+    public var history = HistoryStore.Cap()
 
     public init() {
         machine.firstDataTimeout = firstDataTimeout
@@ -120,6 +122,12 @@ public struct DaemonConfig: Sendable, Equatable {
             case ("Health", "ResubscribesPerLink"):
                 guard let v = Int(value), (0...100).contains(v) else { throw fail("ResubscribesPerLink must be a whole number in 0…100, got \"\(value)\"") }
                 c.machine.resubscribesPerLink = v
+            case ("History", "MaxAgeDays"):
+                guard let v = Double(value), v.isFinite, (1...3650).contains(v) else { throw fail("MaxAgeDays must be a number of days in 1…3650, got \"\(value)\"") }
+                c.history.maxAge = .fractionalSeconds(v * 86400)
+            case ("History", "MaxRecords"):
+                guard let v = Int(value), (100...10_000_000).contains(v) else { throw fail("MaxRecords must be a whole number in 100…10000000, got \"\(value)\"") }
+                c.history.maxRecords = v
             default:
                 warnings.append("\(file):\(lineNo): unknown key \(key) in [\(section)], ignored")
             }
@@ -143,6 +151,7 @@ public struct DaemonConfig: Sendable, Equatable {
                        "AutoConnectHeadStart", "AbsentAfter", "FastAttempts", "SetupFailuresBeforeRepair", "ProofWindow"],
         "Notifications": ["Subscribe", "Battery"],
         "Health": ["FirstDataTimeout", "SilencePeriods", "SilenceMinimum", "ProbeTimeout", "ResubscribesPerLink"],
+        "History": ["MaxAgeDays", "MaxRecords"],
     ]
 
     /// Reads `path`. A missing file means all defaults, unless `mustExist` (paird's `--config`

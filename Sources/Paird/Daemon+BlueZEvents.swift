@@ -52,6 +52,7 @@ extension Daemon {
         case .battery(let a, let level):
             guard battery[a] != level else { return }
             battery[a] = level
+            record(.battery(a, level: level), now: Daemon.now())
             try? bus.emitSignal(path: PairdAPI.objectPath, interface: PairdAPI.interface, member: "Battery",
                                 args: [.string(a.description), .byte(level)])
         case .linkProven(let a):

@@ -52,6 +52,14 @@ public final class Daemon {
     /// Why the last state-file write failed; nil once one succeeds.
     var stateFileError: String?
     var ready = false
+    /// The availability record: the pure recorder and its file. nil when the file could not be
+    /// opened (paird runs on without it, and says so).
+    var history: HistoryStore?
+    var recorder = HistoryRecorder()
+    /// Why the record could not be written (logged once until a write succeeds again).
+    var historyError: String?
+    /// When a record was last appended (uptime nanoseconds), for the hourly `alive` line.
+    var lastHistoryWrite: Int64 = 0
 
     public init(options: Options, log: Log) throws {
         self.log = log
@@ -74,7 +82,62 @@ public final class Daemon {
                     id: Log.MessageID.stateFileQuarantined, fields: ["PAIRD_STATE_FILE": aside])
         }
         machine = PairingMachine(config: config.machine, restoring: restored, now: Daemon.now())
+        historyPath = HistoryStore.path(besideStateFile: options.stateFilePath)
     }
+
+    let historyPath: String
+
+    /// Opens the availability record and says paird started. Only once paird owns its bus name: a
+    /// second paird on the same state directory, about to exit, must not touch the first's record.
+    func openHistory() {
+        let store = HistoryStore(path: historyPath, cap: config.history)
+        do {
+            recorder = HistoryRecorder(earlier: try store.open())
+            history = store
+        } catch {
+            log.error("availability record \(store.path) unusable (\(error)); paird runs without it")
+        }
+        record(.pairdStarted, now: Daemon.now())
+    }
+
+    /// Feeds the recorder and appends what it makes: one write per record and one fsync. The cap
+    /// is applied on a thread of its own (`HistoryStore.compactInBackground`), never on the loop.
+    func record(_ input: HistoryRecorder.Input, now: Moment) {
+        let records = recorder.handle(input, now: now)
+        guard let history, !records.isEmpty else { return }
+        do {
+            try history.append(records)
+            lastHistoryWrite = now.uptimeNanoseconds
+            if historyError != nil { log.info("availability record \(history.path) written again") }
+            historyError = nil
+        } catch {
+            if historyError == nil { log.error("could not write the availability record: \(error)") }
+            historyError = "\(error)"
+        }
+        if history.needsCompaction(now: now.unixTime), !history.compacting {
+            let lines = history.lineCount
+            history.compactInBackground(now: now.unixTime, on: loop) { [unowned self] error in
+                if let error {
+                    log.warning("could not apply the availability record's cap: \(error); tried again at the next record")
+                } else {
+                    log.info("availability record \(history.path) compacted: \(lines) → \(history.lineCount) lines")
+                }
+            }
+        }
+    }
+
+    /// An `alive` line when nothing was written for an hour: after a crash of paird, the time
+    /// its record knows nothing about is at most that.
+    func scheduleHistoryAlive() {
+        loop.schedule(after: .seconds(Self.historyAliveInterval)) { [unowned self] in
+            let now = Daemon.now()
+            if now.uptimeNanoseconds - lastHistoryWrite >= Int64(Self.historyAliveInterval) * 1_000_000_000 - 1_000_000_000 {
+                record(.alive, now: now)
+            }
+            scheduleHistoryAlive()
+        }
+    }
+    static let historyAliveInterval = 3600
 
     /// Monotonic (boottime, as ContinuousClock on Linux) and wall clock, read together.
     static func now() -> Moment {
@@ -99,13 +162,15 @@ public final class Daemon {
             machine: { [unowned self] in machine },
             adapter: { [unowned self] in bluez?.adapter },
             status: { [unowned self] in status() },
-            unsaved: { [unowned self] in stateFileError }))
+            unsaved: { [unowned self] in stateFileError },
+            history: { [unowned self] in try historyFile() }))
         try bus.export(path: PairdAPI.objectPath, object: api.object)
         switch try bus.requestName(PairdAPI.busName) {
         case .primaryOwner, .alreadyOwner: break
         case .inQueue, .exists:
             throw DBusError(name: DBusError.Name.failed, message: "\(PairdAPI.busName) is already owned: is another paird running?")
         }
+        openHistory()
 
         bluez = BlueZClient(connection: bus, adapter: config.adapter)
         bluez.onEvent = { [unowned self] event in handle(event) }
@@ -128,6 +193,7 @@ public final class Daemon {
         }
         try loop.onSignal(SIGHUP) { [unowned self] in log.info("SIGHUP: configuration is read at start only; restart paird to apply changes") }
         if let interval = SystemdNotifier.watchdogPingInterval() { scheduleWatchdog(every: interval) }
+        scheduleHistoryAlive()
 
         log.log(.info, "paird \(BuildInfo.version) started, \(machine.devices.count) device(s) known",
                 id: Log.MessageID.started)
@@ -139,6 +205,7 @@ public final class Daemon {
     func shutDown(_ why: String) {
         log.info("\(why): stopping")
         SystemdNotifier.notify("STOPPING=1\nSTATUS=Shutting down")
+        record(.pairdStopping, now: Daemon.now())
         loop.stop()
     }
 
@@ -181,10 +248,14 @@ public final class Daemon {
     private func process(_ event: Event) {
         let now = Daemon.now()
         if log.minimumPriority == .debug { log.debug("machine: \(event)") }
+        if let input = HistoryRecorder.input(before: event) { record(input, now: now) }
         actions.removeAll(keepingCapacity: true)
         machine.handle(event, now: now, into: &actions)
         let batch = actions
-        for action in batch { perform(action, now: now) }
+        for action in batch {
+            if let input = HistoryRecorder.input(for: action) { record(input, now: now) }
+            perform(action, now: now)
+        }
         let status = machine.statusLine(now: now)
         if status != lastStatus {
             lastStatus = status
@@ -320,6 +391,13 @@ public final class Daemon {
     }
 
     // MARK: Status
+
+    /// `GetHistory`'s answer: a read-only descriptor of the record (pairctl reads and analyses
+    /// it; paird parses nothing while running).
+    func historyFile() throws -> UnixFD {
+        guard let history else { throw SystemError("the availability record is not open (see paird's journal)", EIO) }
+        return UnixFD(taking: try history.openForReading())
+    }
 
     func status() -> StatusDocument {
         StatusDocument(machine: machine, adapter: bluez?.adapter.map { .init(name: $0.name, address: $0.address, powered: $0.powered, present: true) },

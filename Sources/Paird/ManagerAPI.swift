@@ -15,6 +15,8 @@ final class ManagerAPI {
         var status: () -> StatusDocument
         /// Why the state file could not be written, if the last write failed.
         var unsaved: () -> String?
+        /// `GetHistory() → h`: a read-only descriptor of the availability record.
+        var history: () throws -> UnixFD
     }
 
     let object = DBusObject()
@@ -67,6 +69,13 @@ final class ManagerAPI {
         }
         i.method("GetStatus", out: "s") { [unowned self] _, call in
             call.reply([.string(backend.status().json(pretty: false))])
+        }
+        i.method("GetHistory", out: "h") { [unowned self] _, call in
+            do {
+                call.reply([.unixFD(try backend.history())])
+            } catch {
+                throw DBusError(name: PairdAPI.Error.failed, message: "cannot open the availability record: \(error)")
+            }
         }
         i.property("Version", signature: "s", emitsChange: false, get: { .string(BuildInfo.version) })
         for (name, signature) in Self.statusProperties {

@@ -5,14 +5,16 @@
 ///   `Address` s, `Services` as, `Name` s, `Timeout` u seconds, `Passkey` u, `Confirm` b,
 ///   `Interactive` b), `AnswerPasskey(u)`, `AnswerConfirmation(b)` (only from the caller of the
 ///   running `Pair`), `CancelPairing()`,
-///   `Unpair(s)`, `Connect(s)`, `Disconnect(s)`, `GetStatus() → s` (the `StatusDocument` JSON).
+///   `Unpair(s)`, `Connect(s)`, `Disconnect(s)`, `GetStatus() → s` (the `StatusDocument` JSON),
+///   `GetHistory() → h` (a read-only descriptor of the availability record, JSON lines of
+///   `HistoryRecord`: the caller reads and analyses it, `HistoryAnalysis`).
 /// - Signals: `StateChanged(s address, s state, s reason)` (broadcast, public),
 ///   `PairingProgress(s kind, s address, s text)` (unicast to the caller of the running `Pair`: it
 ///   carries the passkey or the number to compare), `Notification(s address, s characteristic,
 ///   ay value)` and `Battery(s address, y percent)` (broadcast; the policy lets only root and the
 ///   `bluetooth` group receive them, and `PairingProgress` too).
 /// - Property: `Version` s.
-/// The D-Bus policy (etc/dbus-1/system.d/org.paird1.conf) lets everyone read status (GetStatus,
+/// The D-Bus policy (etc/dbus-1/system.d/org.paird1.conf) lets everyone read status (GetStatus, GetHistory,
 /// properties, StateChanged), and only root and the `bluetooth` group call Pair, CancelPairing,
 /// Unpair, Connect, Disconnect and receive the wearables' data.
 public enum PairdAPI {

@@ -1,0 +1,294 @@
+import EventLoop
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+import PairingCore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The availability record on disk: JSON lines (`HistoryRecord.line`), one record a line, beside
+/// the state file.
+///
+/// - **Appending** (on the event loop): each record is one `write` of the whole line on an
+///   `O_APPEND` descriptor, then one `fsync` per batch. A crash can tear only the line being
+///   written; reading skips it (as any line that is not a record), and opening the file cuts a
+///   torn tail off so the next line starts clean. Nothing else is ever written in place.
+/// - **The cap** (age and count): `compactFile` writes the newest records within both to
+///   `history.jsonl.tmp` and is run on a thread of its own (`compactInBackground`), so the loop
+///   never waits for it; back on the loop, `finishCompaction` appends what was recorded
+///   meanwhile to the temporary file and renames it over the record (a crash leaves the old or
+///   the new file, never a mix). Due when the file holds a tenth more than `maxRecords`, or its
+///   oldest record is a tenth older than `maxAge`; so it is rare.
+/// - **Reading**: paird does not parse the record while running: `GetHistory` hands the caller a
+///   read-only descriptor (`openForReading`) and pairctl reads and analyses it.
+public final class HistoryStore {
+    public struct Cap: Sendable, Hashable {
+        public var maxAge: Duration
+        public var maxRecords: Int
+        public init(maxAge: Duration = .seconds(30 * 86400), maxRecords: Int = 100_000) {
+            self.maxAge = maxAge
+            self.maxRecords = maxRecords
+        }
+    }
+
+    public let path: String
+    public let cap: Cap
+    private var fd: Int32 = -1
+    /// Lines in the file (records and skipped ones), to know when to compact.
+    public private(set) var lineCount = 0
+    /// The time of the oldest record, as far as known (nil: none, or not readable).
+    public private(set) var oldestAt: Double?
+    /// A compaction running on its thread.
+    private var compaction: (watch: IOWatch, pipe: Int32, size: Int, now: Double)?
+    public var compacting: Bool { compaction != nil }
+
+    public init(path: String, cap: Cap) {
+        self.path = path
+        self.cap = cap
+    }
+
+    deinit {
+        if fd >= 0 { close(fd) }
+        if let c = compaction { c.watch.cancel(); close(c.pipe) }
+    }
+
+    /// `history.jsonl` in the state file's directory.
+    public static func path(besideStateFile state: String) -> String {
+        let dir = directory(of: state)
+        return dir == "/" ? "/history.jsonl" : dir + "/history.jsonl"
+    }
+
+    static func directory(of path: String) -> String {
+        path.lastIndex(of: "/").map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
+    }
+
+    var tmpPath: String { path + ".tmp" }
+
+    /// Opens the file for appending (creating it, mode 0600), cuts a torn tail off, counts its
+    /// lines and reads its first line's time. Cheap: no record is parsed but the first and those
+    /// in the last 64 KiB, which it returns (the recorder's battery seed). A temporary file a
+    /// crash left mid-compaction is removed.
+    @discardableResult
+    public func open() throws -> [HistoryRecord] {
+        if fd >= 0 { close(fd); fd = -1 }
+        unlink(tmpPath)
+        fd = Glibc.open(path, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
+        if fd < 0 { throw SystemError("open \(path)", errno) }
+        try cutTornTail()
+        lineCount = 0
+        oldestAt = nil
+        var offset: off_t = 0
+        var buf = [UInt8](repeating: 0, count: 64 * 1024)
+        var firstLine: [UInt8] = []
+        var firstDone = false
+        while true {
+            let n = buf.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, offset) }
+            if n < 0 { if errno == EINTR { continue }; throw SystemError("read \(path)", errno) }
+            if n == 0 { break }
+            for b in buf[0..<n] {
+                if b == UInt8(ascii: "\n") {
+                    lineCount += 1
+                    if !firstDone { oldestAt = HistoryRecord.parse(line: firstLine)?.at; firstDone = true }
+                } else if !firstDone, firstLine.count < 4096 {
+                    firstLine.append(b)
+                }
+            }
+            offset += off_t(n)
+        }
+        let tailStart = max(0, Int(offset) - buf.count)
+        let n = buf.withUnsafeMutableBytes { pread(fd, $0.baseAddress, Int(offset) - tailStart, off_t(tailStart)) }
+        guard n > 0 else { return [] }
+        var tail = buf[0..<n]
+        if tailStart > 0, let nl = tail.firstIndex(of: UInt8(ascii: "\n")) { tail = tail[(nl + 1)...] } // a cut first line
+        return HistoryRecord.parse(lines: tail).records
+    }
+
+    /// Appends `records`, each line one `write`, then one `fsync`.
+    public func append(_ records: [HistoryRecord]) throws {
+        guard !records.isEmpty else { return }
+        if fd < 0 { throw SystemError("append to \(path): not open", EBADF) }
+        for r in records {
+            let bytes = Array((r.line + "\n").utf8)
+            var n: Int
+            repeat { n = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) } } while n < 0 && errno == EINTR
+            if n < 0 { throw SystemError("write \(path)", errno) }
+            if n != bytes.count {
+                // Short write (disk full): leave no half line for the next to join.
+                try cutTornTail()
+                throw SystemError("write \(path): short write", ENOSPC)
+            }
+            lineCount += 1
+            if oldestAt == nil { oldestAt = r.at }
+        }
+        if fsync(fd) != 0 { throw SystemError("fsync \(path)", errno) }
+    }
+
+    /// A tenth over the count, or the oldest record a tenth past the age.
+    public func needsCompaction(now: Double) -> Bool {
+        if lineCount > cap.maxRecords + max(1, cap.maxRecords / 10) { return true }
+        if let oldest = oldestAt, oldest < now - cap.maxAge.seconds * 1.1 { return true }
+        return false
+    }
+
+    /// A read-only descriptor of the record as it is now (a compaction's rename later leaves it
+    /// on the old file: a consistent snapshot). The caller owns it.
+    public func openForReading() throws -> Int32 {
+        let r = Glibc.open(path, O_RDONLY | O_CLOEXEC)
+        if r < 0 { throw SystemError("open \(path)", errno) }
+        return r
+    }
+
+    /// Every record in the file (tests, tools): lines that are none are counted, not returned.
+    public func load() throws -> (records: [HistoryRecord], skipped: Int) {
+        guard let bytes = try readFile(path, limit: Int.max) else { return ([], 0) }
+        return HistoryRecord.parse(lines: bytes[...])
+    }
+
+    // MARK: The cap
+
+    /// Writes the records of the first `size` bytes of `path` that are within `cap` at `now` to
+    /// `tmp`, fsynced; returns how many. Touches nothing else: safe on another thread while the
+    /// loop appends to `path` (beyond `size`).
+    public static func compactFile(path: String, tmp: String, upTo size: Int, cap: Cap, now: Double) throws -> Int {
+        let bytes = try readFile(path, limit: size) ?? []
+        let (records, _) = HistoryRecord.parse(lines: bytes[...])
+        let oldest = now - cap.maxAge.seconds
+        var kept = records.filter { $0.at >= oldest }
+        if kept.count > cap.maxRecords { kept.removeFirst(kept.count - cap.maxRecords) }
+        let t = Glibc.open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        if t < 0 { throw SystemError("create \(tmp)", errno) }
+        defer { close(t) }
+        var text = ""
+        text.reserveCapacity(kept.count * 160)
+        for r in kept { text += r.line; text += "\n" }
+        try writeAll(t, Array(text.utf8), tmp)
+        if fsync(t) != 0 { throw SystemError("fsync \(tmp)", errno) }
+        return kept.count
+    }
+
+    /// Runs `compactFile` on a thread of its own over what the file holds now; `finishCompaction`
+    /// then runs on `loop` and `done` is called with its outcome. At most one at a time.
+    public func compactInBackground(now: Double, on loop: EventLoop, done: @escaping (Error?) -> Void) {
+        guard compaction == nil, fd >= 0 else { return }
+        let size = Int(lseek(fd, 0, SEEK_END))
+        var fds: [Int32] = [-1, -1]
+        guard pipe(&fds) == 0 else { return done(SystemError("pipe", errno)) }
+        for f in fds { _ = fcntl(f, F_SETFD, FD_CLOEXEC) }
+        let (path, tmp, cap, writeEnd) = (self.path, tmpPath, self.cap, fds[1])
+        let job = BackgroundJob {
+            var result = Int64(-1)
+            if let kept = try? HistoryStore.compactFile(path: path, tmp: tmp, upTo: size, cap: cap, now: now) { result = Int64(kept) }
+            _ = withUnsafeBytes(of: &result) { write(writeEnd, $0.baseAddress, 8) }
+            close(writeEnd)
+        }
+        let watch = loop.watch(fd: fds[0], events: .read) { [unowned self] _ in
+            guard let c = compaction else { return }
+            var result = Int64(-1)
+            let n = withUnsafeMutableBytes(of: &result) { read(c.pipe, $0.baseAddress, 8) }
+            c.watch.cancel()
+            close(c.pipe)
+            compaction = nil
+            do {
+                guard n == 8, result >= 0 else { throw SystemError("compacting \(path) failed", EIO) }
+                try finishCompaction(snapshotSize: c.size, kept: Int(result))
+                done(nil)
+            } catch {
+                unlink(tmpPath)
+                done(error)
+            }
+        }
+        compaction = (watch, fds[0], size, now)
+        if !job.start() {
+            watch.cancel(); close(fds[0]); close(fds[1]); compaction = nil
+            done(SystemError("pthread_create", EAGAIN))
+        }
+    }
+
+    /// On the loop: appends what was recorded since the snapshot (`snapshotSize` on) to the
+    /// compacted temporary file, renames it over the record, and appends from then on to it.
+    public func finishCompaction(snapshotSize: Int, kept: Int) throws {
+        let t = Glibc.open(tmpPath, O_WRONLY | O_APPEND | O_CLOEXEC)
+        if t < 0 { throw SystemError("open \(tmpPath)", errno) }
+        defer { close(t) }
+        let end = Int(lseek(fd, 0, SEEK_END))
+        var newer = [UInt8](repeating: 0, count: max(0, end - snapshotSize))
+        if !newer.isEmpty {
+            let n = newer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, off_t(snapshotSize)) }
+            if n != newer.count { throw SystemError("read \(path)", n < 0 ? errno : EIO) }
+            try Self.writeAll(t, newer, tmpPath)
+        }
+        if fsync(t) != 0 { throw SystemError("fsync \(tmpPath)", errno) }
+        if rename(tmpPath, path) != 0 { throw SystemError("rename \(tmpPath) to \(path)", errno) }
+        let dfd = Glibc.open(Self.directory(of: path), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if dfd >= 0 { fsync(dfd); close(dfd) }
+        let newFD = Glibc.open(path, O_RDWR | O_APPEND | O_CLOEXEC)
+        if newFD < 0 { throw SystemError("open \(path)", errno) }
+        close(fd)
+        fd = newFD
+        lineCount = kept + newer.count(where: { $0 == UInt8(ascii: "\n") })
+        newer.removeAll()
+        // The oldest kept record: the first line of the new file.
+        var first = [UInt8](repeating: 0, count: 4096)
+        let n = first.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, 0) }
+        oldestAt = n > 0 ? first[0..<n].split(separator: UInt8(ascii: "\n")).first.flatMap { HistoryRecord.parse(line: $0)?.at } : nil
+    }
+
+    /// Applies the cap now, on this thread (tests; paird uses `compactInBackground`).
+    public func compact(now: Double) throws {
+        let size = Int(lseek(fd, 0, SEEK_END))
+        let kept = try Self.compactFile(path: path, tmp: tmpPath, upTo: size, cap: cap, now: now)
+        try finishCompaction(snapshotSize: size, kept: kept)
+    }
+
+    /// Truncates the file after its last newline.
+    private func cutTornTail() throws {
+        let size = Int(lseek(fd, 0, SEEK_END))
+        guard size > 0 else { return }
+        var end = size
+        var buf = [UInt8](repeating: 0, count: 4096)
+        while end > 0 {
+            let start = max(0, end - buf.count)
+            let n = buf.withUnsafeMutableBytes { pread(fd, $0.baseAddress, end - start, off_t(start)) }
+            if n <= 0 { throw SystemError("read \(path)", errno) }
+            if let i = buf[0..<n].lastIndex(of: UInt8(ascii: "\n")) {
+                let keep = start + i + 1
+                if keep < size, ftruncate(fd, off_t(keep)) != 0 { throw SystemError("truncate \(path)", errno) }
+                return
+            }
+            end = start
+        }
+        if ftruncate(fd, 0) != 0 { throw SystemError("truncate \(path)", errno) }
+    }
+
+    private static func writeAll(_ fd: Int32, _ bytes: [UInt8], _ name: String) throws {
+        var off = 0
+        while off < bytes.count {
+            let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + off, $0.count - off) }
+            if n < 0 { if errno == EINTR { continue }; throw SystemError("write \(name)", errno) }
+            off += n
+        }
+    }
+}
+
+/// Work on a detached POSIX thread of its own (no Foundation `Thread` in paird). The thread
+/// inherits the blocked signals of paird's main thread, so SIGTERM still reaches the loop.
+final class BackgroundJob: @unchecked Sendable {
+    let work: () -> Void
+    init(_ work: @escaping () -> Void) { self.work = work }
+
+    func start() -> Bool {
+        var tid = pthread_t()
+        let context = Unmanaged.passRetained(self).toOpaque()
+        let rc = pthread_create(&tid, nil, { context in
+            let job = Unmanaged<BackgroundJob>.fromOpaque(context!).takeRetainedValue()
+            job.work()
+            return nil
+        }, context)
+        if rc != 0 { Unmanaged<BackgroundJob>.fromOpaque(context).release(); return false }
+        pthread_detach(tid)
+        return true
+    }
+}

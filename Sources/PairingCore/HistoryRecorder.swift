@@ -1,0 +1,190 @@
+/// Turns what the daemon already sees (the machine's reports of state changes with their reasons,
+/// bluetoothd leaving and its crash, battery readings, paird's own start and stop) into the
+/// availability record's lines. Pure: no clock, no file; the daemon appends what it returns
+/// (`HistoryStore`).
+///
+/// Per device it keeps one *condition* (`HistoryRecord.Condition`) with its reason and writes a
+/// record only when that changes: `up` when it reaches `connected`, `down` when a connected
+/// interval ends (the drop, with its reason), `change` when a wearable that is not connected
+/// changes how it is not. A wearable that is not connected and being pursued (waiting, connecting,
+/// discovering) keeps the condition of the drop that began it until it is connected again: the
+/// time away after a link loss is `away` however paird tries, the time after a bluetoothd crash is
+/// `down` until the link is back.
+public struct HistoryRecorder: Sendable {
+    public enum Input: Sendable, Hashable {
+        case pairdStarted
+        case pairdStopping
+        /// Nothing was written for a while: a line that says paird was running.
+        case alive
+        /// A state change of the machine (`Action.report`).
+        case report(Report)
+        /// bluetoothd left the bus (`Event.bluetoothdLeft`): the adapter's loss that follows is
+        /// bluetoothd's.
+        case bluetoothdLeft
+        /// The adapter is ready again (`Event.adapterReady`).
+        case adapterReady
+        /// systemd called bluetoothd's exit a crash (`BluetoothdReport.crashed`).
+        case bluetoothdCrashed
+        case battery(DeviceAddress, level: UInt8)
+        /// A private address resolved to the wearable's identity (`Event.addressChanged`): what
+        /// is known of it moves to the new address (earlier lines keep the old one).
+        case addressChanged(DeviceAddress, to: DeviceAddress)
+    }
+
+    struct Device: Sendable {
+        var condition: HistoryRecord.Condition?
+        var reason: String?
+        var name: String
+        /// When the current connected interval started.
+        var upAt: Moment?
+        /// When the current drop happened (seen by this paird).
+        var droppedAt: Moment?
+        /// When the attempt that is making the link started (link up, or a Connect of paird's).
+        var attemptAt: Moment?
+    }
+
+    var devices: [DeviceAddress: Device] = [:]
+    /// The last battery level recorded per device (seeded from the file, so a restart does not
+    /// record an unchanged level again).
+    var battery: [String: Int] = [:]
+    var bluetoothdGone = false
+
+    /// `earlier`: the records already in the file (only their battery readings are used).
+    public init(earlier: [HistoryRecord] = []) {
+        for r in earlier where r.kind == .battery {
+            if let d = r.device, let l = r.level { battery[d] = l }
+        }
+    }
+
+    public mutating func handle(_ input: Input, now: Moment) -> [HistoryRecord] {
+        let t = now.unixTime
+        switch input {
+        case .pairdStarted:
+            devices.removeAll()
+            bluetoothdGone = false
+            return [HistoryRecord(kind: .start, at: t)]
+        case .pairdStopping:
+            return [HistoryRecord(kind: .stop, at: t)]
+        case .alive:
+            return [HistoryRecord(kind: .alive, at: t)]
+        case .bluetoothdLeft:
+            bluetoothdGone = true
+            return []
+        case .adapterReady:
+            bluetoothdGone = false
+            return []
+        case .bluetoothdCrashed:
+            var out: [HistoryRecord] = []
+            for a in devices.keys.sorted(by: { $0.description < $1.description }) where devices[a]!.reason == HistoryRecord.Reason.bluetoothdGone {
+                devices[a]!.reason = HistoryRecord.Reason.bluetoothdCrash
+                out.append(HistoryRecord(kind: .reason, at: t, device: a.description, name: devices[a]!.name,
+                                         reason: HistoryRecord.Reason.bluetoothdCrash))
+            }
+            return out
+        case .battery(let a, let level):
+            let key = a.description
+            guard battery[key] != Int(level) else { return [] }
+            battery[key] = Int(level)
+            return [HistoryRecord(kind: .battery, at: t, device: key, name: devices[a]?.name, level: Int(level))]
+        case .report(let r):
+            guard let a = r.device else { return [] }
+            return stateChanged(a, r, now)
+        case .addressChanged(let old, let new):
+            if let d = devices.removeValue(forKey: old) { devices[new] = d }
+            if let l = battery.removeValue(forKey: old.description) { battery[new.description] = l }
+            return []
+        }
+    }
+
+    mutating func stateChanged(_ a: DeviceAddress, _ r: Report, _ now: Moment) -> [HistoryRecord] {
+        var d = devices[a] ?? Device(name: r.name)
+        if !r.name.isEmpty { d.name = r.name }
+        defer { if r.to == "unpaired" { devices[a] = nil } else { devices[a] = d } }
+        let new: (HistoryRecord.Condition, String?, String?)
+        switch r.to {
+        case "connected":
+            new = (.connected, nil, nil)
+        case "disconnected":
+            new = (.unwanted, HistoryRecord.Reason.user, nil)
+        case "unpaired":
+            new = (.unwanted, HistoryRecord.Reason.unpaired, nil)
+        case "paired":
+            new = (.away, HistoryRecord.Reason.connecting, "paired")
+        case "needsRepair":
+            new = (.down, HistoryRecord.Reason.bondLost, r.reason)
+        case "adapterUnavailable":
+            new = (.down, bluetoothdGone ? HistoryRecord.Reason.bluetoothdGone : HistoryRecord.Reason.adapterGone, nil)
+        default: // restoring, connecting, discovering, waitingForDevice: pursued, not connected
+            if ["connecting", "discovering"].contains(r.to), !["connecting", "discovering"].contains(r.from) || d.attemptAt == nil {
+                d.attemptAt = now
+            } else if !["connecting", "discovering"].contains(r.to) {
+                d.attemptAt = nil
+            }
+            switch d.condition {
+            case .connected:
+                // paird's own word when it has one (BlueZ's reason, no-data, probe-timeout…).
+                new = (.away, HistoryRecord.Reason.linkLoss, r.reason == HistoryRecord.Reason.linkLoss ? nil : r.reason)
+            case .down where d.reason == HistoryRecord.Reason.starting && r.to == "waitingForDevice":
+                // paird's start found it not connected: it is away, not down.
+                new = (.away, HistoryRecord.Reason.awayAtStart, nil)
+            case .away, .down:
+                return [] // still the drop that began it
+            case .unwanted:
+                new = (.away, HistoryRecord.Reason.connecting, nil)
+            case nil where r.to == "waitingForDevice":
+                new = (.away, HistoryRecord.Reason.awayAtStart, nil) // found not connected at paird's start
+            case nil:
+                new = (.down, HistoryRecord.Reason.starting, nil)
+            }
+        }
+        let (condition, reason, detail) = new
+        guard condition != d.condition || reason != d.reason else { return [] }
+        let t = now.unixTime
+        let key = a.description
+        let wasConnected = d.condition == .connected
+        d.condition = condition
+        d.reason = reason
+        if condition == .connected {
+            var rec = HistoryRecord(kind: .up, at: t, device: key, name: d.name)
+            if let dropped = d.droppedAt {
+                rec.away = now.since(dropped).seconds
+                rec.latency = now.since(d.attemptAt ?? dropped).seconds
+            }
+            d.upAt = now
+            d.droppedAt = nil
+            d.attemptAt = nil
+            return [rec]
+        }
+        if wasConnected {
+            d.droppedAt = condition == .unwanted ? nil : now // the user's own drop is no outage to time
+            let lasted = d.upAt.map { now.since($0).seconds }
+            d.upAt = nil
+            return [HistoryRecord(kind: .down, at: t, device: key, name: d.name, condition: condition, reason: reason,
+                                  detail: detail, lasted: lasted)]
+        }
+        if condition == .unwanted { d.droppedAt = nil }
+        return [HistoryRecord(kind: .change, at: t, device: key, name: d.name, condition: condition, reason: reason, detail: detail)]
+    }
+}
+
+extension HistoryRecorder {
+    /// What of a machine event the record needs, told before the machine handles it (so the
+    /// adapter's loss that follows bluetoothd's is known as bluetoothd's).
+    public static func input(before event: Event) -> Input? {
+        switch event {
+        case .bluetoothdLeft: .bluetoothdLeft
+        case .adapterReady: .adapterReady
+        case .addressChanged(let old, let new, _): .addressChanged(old, to: new)
+        default: nil
+        }
+    }
+
+    /// What of a machine action the record needs: state changes and bluetoothd's crashes.
+    public static func input(for action: Action) -> Input? {
+        switch action {
+        case .report(let r): .report(r)
+        case .bluetoothdReport(.crashed): .bluetoothdCrashed
+        default: nil
+        }
+    }
+}

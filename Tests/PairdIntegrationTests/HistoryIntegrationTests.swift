@@ -1,0 +1,93 @@
+import Foundation
+import Testing
+import PairingCore
+
+/// The availability record end to end: the real paird records, serves it over GetHistory, and the
+/// real pairctl shows it.
+@Suite("pairctl history against a mocked BlueZ", .serialized)
+struct HistoryIntegrationTests {
+    let watch = MockedHost.watch
+
+    func pairWatch(_ host: MockedHost) throws {
+        try host.addDevice(watch)
+        let scans = host.adapterCalls("StartDiscovery")
+        let pairing = host.start(MockedHost.pairctlBin, ["pair", watch, "--timeout", "5"])
+        try host.advertise(watch, afterDiscoveries: scans)
+        try waitFor("paird to call Connect after pairing", deadline: 20) { host.calls("Connect") >= 1 }
+        try host.setDevice(watch, "'ServicesResolved': True")
+        let r = pairing.finish()
+        try host.must(r, "pairctl pair")
+    }
+
+    func historyJSON(_ host: MockedHost, _ args: String...) throws -> [String: Any] {
+        let r = host.run(MockedHost.pairctlBin, ["history", "--json"] + args)
+        try host.must(r, "pairctl history --json")
+        return try #require(try JSONSerialization.jsonObject(with: Data(r.out.utf8)) as? [String: Any], "\(r.out)")
+    }
+
+    @Test("pair, lose the link, get it back: history --json reports the drop with its reason, the reconnect, and keeps them across a restart")
+    func dropAndReconnect() throws {
+        let host = try MockedHost()
+        // No GATT in the mock: no data would ever come, and the first-data watch would remake the link.
+        try "[Health]\nFirstDataTimeout = 0\n".write(toFile: host.dir.appendingPathComponent("paird.conf").path, atomically: true, encoding: .utf8)
+        try host.startPaird()
+        try pairWatch(host)
+        try waitFor("connected", deadline: 10) { host.state() == "connected" }
+
+        try host.setDevice(watch, "'Connected': False, 'ServicesResolved': False") // link loss
+        try waitFor("waitingForDevice", deadline: 10) { host.state() == "waitingForDevice" }
+        try host.setDevice(watch, "'Connected': True, 'ServicesResolved': True")   // back in range
+        try waitFor("connected again", deadline: 10) { host.state() == "connected" }
+
+        func check(_ doc: [String: Any], _ when: String) throws {
+            #expect(doc["schemaVersion"] as? Int == 1, "\(when)")
+            #expect(doc["skippedLines"] as? Int == 0, "\(when)")
+            let devices = try #require(doc["devices"] as? [[String: Any]], "\(when): \(doc)")
+            #expect(devices.count == 1, "\(when)")
+            let d = try #require(devices.first)
+            #expect(d["address"] as? String == watch)
+            #expect(d["name"] as? String == "Watch")
+            let drops = try #require(d["drops"] as? [[String: Any]], "\(when): \(d)")
+            #expect(drops.count == 1, "\(when): \(drops)")
+            #expect(drops.first?["reason"] as? String == "link-loss", "\(when): \(drops)")
+            #expect((d["dropsByReason"] as? [String: Int]) == ["link-loss": 1], "\(when)")
+            let latency = try #require(d["reconnectLatency"] as? [String: Any], "\(when): \(d)")
+            #expect(latency["count"] as? Int == 1, "\(when)")
+            let percent = try #require(d["availabilityPercent"] as? Double, "\(when): \(d)")
+            #expect(percent > 0 && percent < 100, "\(when): a drop was measured: \(percent)")
+            let gap = try #require(d["longestGap"] as? [String: Any], "\(when): \(d)")
+            // The longest is the link loss or the connecting after the pairing, whichever took longer here.
+            #expect(["link-loss", "connecting"].contains(gap["reason"] as? String ?? ""), "\(when): \(gap)")
+            #expect((gap["seconds"] as? Double ?? 0) > 0, "\(when): \(gap)")
+        }
+        try check(try historyJSON(host), "while running")
+
+        // A restart keeps the record, also after a write cut short (a torn last line); the file
+        // holds it as JSON lines.
+        try host.stopPaird()
+        let file = host.dir.appendingPathComponent("history.jsonl").path
+        let torn = try #require(FileHandle(forWritingAtPath: file))
+        torn.seekToEndOfFile()
+        torn.write(Data(#"{"at":"2026-11-26T16:1"#.utf8))
+        try torn.close()
+        try host.setDevice(watch, "'Connected': True, 'ServicesResolved': True")
+        try host.startPaird()
+        try waitFor("connected after restart", deadline: 10) { host.state() == "connected" }
+        try check(try historyJSON(host, watch), "after a restart, by address")
+        let lines = try String(contentsOfFile: file, encoding: .utf8)
+            .split(separator: "\n")
+        #expect(lines.filter { $0.contains("\"type\":\"start\"") }.count == 2, "\(lines)")
+        #expect(lines.filter { $0.contains("\"type\":\"stop\"") }.count == 1, "\(lines)")
+        #expect(lines.filter { $0.contains("\"type\":\"down\"") && $0.contains("\"reason\":\"link-loss\"") }.count == 1, "\(lines)")
+        #expect(lines.allSatisfy { HistoryRecord.parse(line: Array($0.utf8)) != nil }, "the torn tail was cut, nothing glued to it: \(lines)")
+
+        let text = host.pairctl("history", "watch")
+        #expect(text.status == 0, "\(text.err)")
+        #expect(text.out.contains("Watch (\(watch))"), "\(text.out)")
+        #expect(text.out.contains("drops: 1 (link-loss 1)"), "\(text.out)")
+        #expect(text.out.contains("reconnect latency: p50 "), "\(text.out)")
+        #expect(text.out.contains("timeline (1 char = 1 hour"), "\(text.out)")
+        #expect(host.pairctl("history", "C0:FF:EE:00:00:01").status == 7, "nothing about that wearable")
+        #expect(host.pairctl("history", "--since", "yesterday-ish").status == 64)
+    }
+}
