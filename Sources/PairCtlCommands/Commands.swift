@@ -25,7 +25,7 @@ public struct Pairctl: ParsableCommand {
         \(PairctlExit.allCases.map { "  \(padded(String($0.rawValue), 3)) \($0.meaning)" }.joined(separator: "\n"))
         """,
         version: "pairctl \(BuildInfo.version)",
-        subcommands: [Pair.self, Unpair.self, Connect.self, Disconnect.self, List.self, Status.self, Watch.self],
+        subcommands: [Pair.self, Unpair.self, Connect.self, Disconnect.self, List.self, Status.self, Watch.self, Scan.self],
         defaultSubcommand: Status.self)
 
     public init() {}
