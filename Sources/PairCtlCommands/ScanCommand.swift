@@ -25,14 +25,17 @@ struct Scan: ParsableCommand {
         abstract: "List the LE devices advertising nearby: address, type, RSSI, name, services, who knows them.",
         discussion: """
         pairctl asks BlueZ for a discovery session of its own (LE, every advertisement reported) \
-        for --timeout seconds, then stops it; paird's own scans are not disturbed. Only devices \
-        heard during this scan are listed (BlueZ also keeps objects of devices it merely \
-        remembers), strongest RSSI first. KNOWN: "paired in paird", "bonded in BlueZ", \
-        "known to BlueZ" (BlueZ had its object before the scan) or "new". If paird is not \
-        running the list is still shown, with a note. BlueZ's D-Bus policy decides who may \
-        scan (Debian: everyone). --json: one object, {"schemaVersion","timeout","interrupted",\
-        "services","pairdRunning","pairdError","devices":[{"address","addressType","name",\
-        "rssi","services","known":"paird"|"bonded"|"bluez"|"new","pairdState"}]}.
+        for --timeout seconds, then stops it (also on Ctrl-C: then it lists what it heard so far); \
+        paird's own scans are not disturbed. Only devices heard during this scan are listed, \
+        strongest RSSI first (BlueZ also keeps objects of devices it merely remembers: those are \
+        left out). KNOWN: "paired in paird", "bonded in BlueZ", "known to BlueZ" (BlueZ had it \
+        before the scan) or "new". When paird is not running the list is still shown, with a \
+        note. Who may scan is BlueZ's D-Bus policy (Debian 12: every local user).
+
+        --json: one object: schemaVersion, timeout, interrupted, services (the --service \
+        filter), pairdRunning, pairdError (null when paird answered), devices: [{address, \
+        addressType, name (null: none heard), rssi (dBm), services (128-bit UUIDs), known \
+        ("paird", "bonded", "bluez" or "new"), pairdState (null unless paired in paird)}].
         """)
 
     @Option(name: .customLong("service"), help: ArgumentHelp("List only devices advertising this service UUID (e.g. 180d); repeatable.", valueName: "uuid"))
