@@ -217,8 +217,9 @@ struct Scan: ParsableCommand {
         if let loopError { throw PairctlError(.failure, "event loop failed: \(loopError)") }
 
         let wanted = services.compactMap(ServiceUUID.normalize)
+        let mine = devices.filter { $0.key.hasPrefix(adapterPath + "/") }   // not another adapter's
         return ScanReport.Document(timeout: timeout, interrupted: interrupted, services: wanted, pairdRunning: paird != nil,
                                    pairdError: pairdError,
-                                   devices: ScanReport.entries(devices.values.compactMap(\.observation), paird: paird, services: wanted))
+                                   devices: ScanReport.entries(mine.compactMap(\.value.observation), paird: paird, services: wanted))
     }
 }

@@ -85,7 +85,7 @@ public enum ScanReport {
         public var interrupted: Bool
         /// The --service filter (128-bit); empty: every device.
         public var services: [String]
-        /// Whether paird answered: false means `known` cannot be `paird`.
+        /// Whether paird answered (GetStatus): false means `known` cannot be `paird`.
         public var pairdRunning: Bool
         /// Why paird did not answer (null when it did).
         public var pairdError: String?
@@ -131,7 +131,9 @@ public enum ScanReport {
     public static func text(_ d: Document, legend: Bool = true) -> [String] {
         var lines: [String] = []
         if !d.pairdRunning {
-            lines.append("paird not running: none can be marked \"paired in paird\"")
+            // a stalled paird owns its name but does not answer (PairctlError's timeout message)
+            let who = d.pairdError?.hasPrefix("paird did not answer") == true ? "paird did not answer" : "paird not running"
+            lines.append("\(who): none can be marked \"paired in paird\"")
         }
         if d.interrupted { lines.append("interrupted before the \(d.timeout) s were up: what was heard until then") }
         let filter = d.services.isEmpty ? "" : " with service \(d.services.map(StatusText.shortUUID).joined(separator: " or "))"

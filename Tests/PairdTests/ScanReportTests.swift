@@ -82,6 +82,9 @@ struct ScanReportTests {
         #expect(lines[0] == "paird not running: none can be marked \"paired in paird\"", "\(lines)")
         #expect(lines[1] == ScanReport.header)
         #expect(lines.count == 6)
+        var stalled = document([], paird: false)
+        stalled.pairdError = "paird did not answer in time (NoReply)"
+        #expect(ScanReport.text(stalled).first == "paird did not answer: none can be marked \"paired in paird\"")
         var d = document([])
         d.services = [Self.hr]
         #expect(ScanReport.text(d) == ["nothing heard advertising with service 180d in 5 s"])
