@@ -14,7 +14,7 @@ public struct ScanObservation: Equatable, Sendable {
     public var name: String?
     /// Device1.UUIDs: the services it advertised (and, for a bonded one, those BlueZ resolved).
     public var uuids: [String]
-    /// Bonded in BlueZ (Device1.Bonded, BlueZ 5.60 and later; Paired before that).
+    /// Bonded in BlueZ (Device1.Bonded, as in 5.66; Device1.Paired where a BlueZ has no Bonded).
     public var bonded: Bool
     /// The object was there before the scan started: BlueZ remembers it.
     public var knownBefore: Bool
