@@ -19,13 +19,14 @@ public struct Pairctl: ParsableCommand {
         abstract: "Control paird, the daemon that keeps Bluetooth LE wearables connected.",
         discussion: """
         Everyone may read the status; pair, unpair, connect and disconnect need root or
-        membership of the bluetooth group (paird's D-Bus policy).
+        membership of the bluetooth group (paird's D-Bus policy). scan asks BlueZ directly:
+        its D-Bus policy decides.
 
         Exit status:
         \(PairctlExit.allCases.map { "  \(padded(String($0.rawValue), 3)) \($0.meaning)" }.joined(separator: "\n"))
         """,
         version: "pairctl \(BuildInfo.version)",
-        subcommands: [Pair.self, Unpair.self, Connect.self, Disconnect.self, List.self, Status.self, Watch.self, History.self],
+        subcommands: [Pair.self, Unpair.self, Connect.self, Disconnect.self, List.self, Status.self, Watch.self, History.self, Scan.self],
         defaultSubcommand: Status.self)
 
     public init() {}
