@@ -21,6 +21,21 @@ def main():
         check(st["adapter"]["present"] and st["adapter"]["powered"], f"adapter present and powered: {st['adapter']}")
         check(st["pairing"] is None, "no pairing session")
 
+    with step("pairctl scan --json lists the advertising strap: its name, address and Heart Rate service"):
+        rc, out, err = p.pairctl("scan", "--timeout", "5", "--json")
+        check(rc == 0, f"pairctl scan: exit 0, got {rc}: {err.strip()}")
+        doc = json.loads(out.strip().splitlines()[-1])
+        for d in doc["devices"]:
+            log(f"  | {d['address']} {d['addressType']} rssi {d['rssi']} {d['known']} {d['name']!r} {' '.join(d['services'])}")
+        d = next((d for d in doc["devices"] if d["address"] == w.address), None)
+        check(d is not None, f"the strap {w.address} is listed")
+        check(d["name"] == "Pulse-1", f"its name: {d['name']!r}")
+        check(any("180d" in u.lower() for u in d["services"]), f"its Heart Rate service (180d): {d['services']}")
+        check(d["known"] != "paird", f"not yet paired in paird: {d['known']}")
+        rc, text, _ = p.pairctl("scan", "--timeout", "3")
+        log("pairctl scan:\n" + "\n".join(f"  | {l}" for l in text.splitlines()))
+        check(rc == 0 and "Pulse-1" in text, "the text list names it too")
+
     watch = p.watch()
     with step("pairctl pair --service 180d → progress lines, exit 0"):
         lines = pair_wearable(p)
@@ -50,6 +65,12 @@ def main():
         wait_for(lambda: len(hr()) >= 3, 15, "3 heart-rate (2a37) notify lines from pairctl watch")
         for l in watch.lines("notify")[:4]:
             log(f"  | {l}")
+        # pairctl decodes Heart Rate Measurement (issue 34): the bpm it prints is the one in the
+        # raw value it also prints (the strap's flags 00: the rate is the second byte)
+        for l in hr()[:3]:
+            raw = l.split()[-1]
+            bpm = int(raw[2:4], 16)
+            check(raw[:2] == "00" and f"(heart rate: {bpm} bpm" in l, f"watch shows {bpm} bpm for {raw}: {l}")
 
     with step("battery change reaches pairctl watch and status"):
         w.cmd("battery 55")
