@@ -11,7 +11,7 @@
 # E2E_JOBS=N (default 2) runs N VMs at a time, longest first (Tests/testbed/e2e-durations.tsv,
 # measured; a run not in it counts as its header's timeout / 4). Most of a scenario's time is
 # the wearable away or a deadline running out, so two VMs on 2 cores take about half the wall
-# time (README, "What runs where": measured side by side). Each run's console goes to
+# time (docs/development.md, "What runs where": measured side by side). Each run's console goes to
 # testbed-out/<run>.console.log and is printed whole when the run ends, so runs never interleave.
 # E2E_JOBS=1 runs one VM at a time (benchmarks, timing-sensitive work).
 #
@@ -213,7 +213,7 @@ for ((i = 0; i < ${#runs[@]}; i++)); do
   vm=$(awk -v a="$vm" -v b="$dt" 'BEGIN{printf "%.1f", a+b}')
   echo "$line"
 done
-echo "longest runs (their VM time is what a second lane hides; a new scenario's budget: README, \"What runs where\"):"
+echo "longest runs (their VM time is what a second lane hides; a new scenario's budget: docs/development.md, \"What runs where\"):"
 for ((i = 0; i < ${#runs[@]}; i++)); do [[ -s $RES/$i ]] && printf '%s\t%s\n' "$(cut -f2 "$RES/$i")" "$(cut -d'|' -f6 <<<"${runs[i]}")"; done \
   | sort -t$'\t' -k1,1nr | head -n 5 | while IFS=$'\t' read -r dt l; do printf '  %7.1f s  %s\n' "$dt" "$l"; done
 # This tier's durations, in the form the longest-first order reads (copy it over
