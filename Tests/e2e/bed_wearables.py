@@ -175,7 +175,7 @@ def main():
 
     # ---------------------------------------------------------------- ring
     w = Wearable.start(profile="ring", impl="bumble", battery=30,
-                       extra=["--drop-every", "8", "--drop-away", "3", "--drain-every", "0"])
+                       extra=["--drop-every", "14", "--drop-away", "3", "--drain-every", "0"])
     with step("ring: advertises slowly (1-2 s apart, counted on the central)"):
         ad = c.iface(c.apath, ADAPTER)
         ad.SetDiscoveryFilter({"Transport": "le", "DuplicateData": True})
