@@ -169,9 +169,10 @@ def at_exit(fn):
 def _state_at_failure():
     """What the wearable and paird say at the moment a step failed, in the scenario's output (CI
     shows only part of a run's logs): bounded, and never a second failure."""
-    w = getattr(Wearable, "current", None)
-    if w is not None:
+    for w in getattr(Wearable, "started", []):
         try:
+            if w.proc is not None and w.proc.poll() is not None:
+                continue   # stopped by the scenario
             st = w.cmd("status", timeout=5)
             keep = ("name", "address", "advertising", "connected", "registered", "bonds", "subscribed")
             print("state at failure, wearable: " + json.dumps({k: st.get(k) for k in keep}), flush=True)
@@ -279,6 +280,7 @@ class Wearable:
     (wearable.py). Both speak the same control protocol."""
 
     current = None   # the last one started: Paird's default device address
+    started = []     # every one started (the state-at-failure dump asks each still running)
 
     def __init__(self, sock, proc=None, impl=None, profile=None):
         self.sock, self.proc, self.impl, self.profile = sock, proc, impl, profile
@@ -328,6 +330,7 @@ class Wearable:
         log(f"wearable up: {st['name']} identity {st['identity_address']} ({st['identity_address_type']}), "
             f"advertising as {st['address']} ({st.get('address_kind', st['address_type'])})")
         Wearable.current = w
+        Wearable.started.append(w)
         return w
 
     @property
