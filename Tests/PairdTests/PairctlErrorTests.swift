@@ -40,9 +40,7 @@ struct PairctlErrorTests {
     /// pairctl has (a code added, renumbered or dropped on one side only fails here).
     @Test("the README lists exactly pairctl's exit codes")
     func documented() throws {
-        let readme = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
-            .appendingPathComponent("../../README.md").standardized
-        let text = try String(contentsOf: readme, encoding: .utf8)
+        let text = try Self.readme()
         let start = try #require(text.range(of: "Exit codes: "))
         let end = try #require(text.range(of: ".\n", range: start.upperBound..<text.endIndex))
         let sentence = text[start.upperBound..<end.lowerBound].replacingOccurrences(of: "\n", with: " ")
@@ -54,12 +52,16 @@ struct PairctlErrorTests {
     /// The README's troubleshooting table (exit, meaning, what to do) has a row for every code.
     @Test("the README's exit-code table lists exactly pairctl's exit codes")
     func tabled() throws {
-        let readme = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
-            .appendingPathComponent("../../README.md").standardized
-        let text = try String(contentsOf: readme, encoding: .utf8)
+        let text = try Self.readme()
         let start = try #require(text.range(of: "| exit | meaning | what to do |"))
         let rows = text[start.upperBound...].split(separator: "\n").dropFirst().prefix { $0.hasPrefix("|") }
         let codes = rows.compactMap { Int32($0.split(separator: "|").first?.trimmingCharacters(in: .whitespaces) ?? "") }
         #expect(codes.sorted() == PairctlExit.allCases.map(\.rawValue).sorted())
+    }
+
+    static func readme() throws -> String {
+        let url = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .appendingPathComponent("../../README.md").standardized
+        return try String(contentsOf: url, encoding: .utf8)
     }
 }
