@@ -178,6 +178,14 @@ extension PairingMachine {
         }
     }
 
+    /// The one on trial left the trial without a verdict on bluetoothd (needs pairing for another
+    /// reason, the user's disconnect or unpair): the next one disarmed with it is let back. Before,
+    /// `onTrial` stayed set and the others stayed disarmed for good.
+    mutating func endTrial(_ now: Moment, _ actions: inout [Action]) {
+        bluetoothd.onTrial = nil
+        releaseOnTrial(now, &actions)
+    }
+
     /// Lets the next wearable disarmed with others back (Trusted again, reconnected as after a
     /// restart), alone, while bluetoothd and the adapter are up and none is on trial.
     mutating func releaseOnTrial(_ now: Moment, _ actions: inout [Action]) {

@@ -64,6 +64,7 @@ extension PairingMachine {
         if let c = d.state.countdown { actions.append(.cancel(c.id)) }
         if case .settling(a)? = pairing?.phase { endPairing(.canceled, now, &actions) }
         forget(at: i)
+        if bluetoothd.onTrial == a { endTrial(now, &actions) }
         actions.append(.removeDevice(a))
         actions.append(.persist)
         actions.append(.report(Report(kind: .unpaired, device: a, name: d.identity.name, from: d.state.name, to: "unpaired")))

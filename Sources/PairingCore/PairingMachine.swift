@@ -212,6 +212,7 @@ public struct PairingMachine: Sendable {
             actions.append(.disconnect(a))
         }
         if case .connected = new, !old.isConnected { linkSetUp(i, now, &actions) }
+        if bluetoothd.onTrial == a, !new.isPursuing { endTrial(now, &actions) }
         let renamed = old.name != new.name
         if renamed { slots[i].since = now }
         if renamed || kind != nil {

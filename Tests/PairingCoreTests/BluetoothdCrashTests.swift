@@ -371,6 +371,33 @@ struct BluetoothdCrashTests {
         #expect(h.stateName(first) != "needsRepair", "the innocent one is pursued as usual")
     }
 
+    @Test("the one on trial leaves the trial without a verdict (its bond lost, the user's disconnect, unpair): the next one disarmed with it is let back", arguments: ["bondLost", "userDisconnect", "userUnpair"])
+    func trialEndsWithoutVerdict(_ how: String) {
+        var h = twoWearables()
+        h.send(.linkDown(ring, linkLoss))
+        for _ in 0..<2 {
+            h.send(.linkUp(watch))
+            h.send(.linkUp(ring))
+            _ = bluetoothdDies(&h)
+            h.send(.bluetoothdUnit(Self.segv))
+            h.send(.bluetoothdBack)
+            h.send(.adapterReady([watch: BlueZDeviceView(), ring: BlueZDeviceView()]))
+        }
+        let first = [watch, ring].sorted()[0], second = [watch, ring].sorted()[1]
+        #expect(h.machine.bluetoothd.onTrial == first)
+        #expect(h.state(second) == .needsRepair(reason: .bluetoothdCrashes))
+        h.send(.linkUp(first))
+        let out = switch how {
+        case "bondLost": h.send(.bondLost(first))
+        case "userDisconnect": h.send(.userDisconnect(first))
+        default: h.send(.userUnpair(first))
+        }
+        #expect(h.machine.bluetoothd.onTrial == second, "\(how): the next one is on trial")
+        #expect(out.contains(.setTrusted(second, true)))
+        #expect(h.stateName(second) == "waitingForDevice")
+        #expect(h.machine.bluetoothd.probation.isEmpty)
+    }
+
     @Test("the memory survives a paird restart (state file)")
     func rememberedAcrossRestart() {
         var h = twoWearables()
