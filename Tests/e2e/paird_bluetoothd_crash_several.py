@@ -99,18 +99,27 @@ def main():
         p.wait_state("waitingForDevice", 20, address=ring.address)
         n = watch.count()
         t0 = now()
+        # The bed's stand-in for BlueZ's bug: a kill while the strap's link is being set up, as a
+        # link that crashes bluetoothd does. The strap leaves the ATT requests of its next link
+        # unanswered (`stall-att next`, re-armed after each kill), so its set-up cannot end before
+        # the kill lands (as paird_bluetoothd_crashloop). Without it, the clean-clone CI of
+        # b11f5e1 failed twice: the strap's link had gone by the time a kill landed, only the ring
+        # was being set up, and paird rightly blamed the ring.
+        strap.cmd("stall-att next")
         strap.cmd("come-back")
         ring.cmd("come-back")
         while len(kills) < 6:
-            # The bed's stand-in for BlueZ's bug: a kill while the strap's link is being set up
-            # (its latest state discovering), as a link that crashes bluetoothd does.
+            # paird's own events only (pairctl watch, read every 20 ms): a pairctl call here took
+            # 0.5-1.7 s on a loaded host, and the kill came that much after the set-up was seen
             got = wait_for(lambda: ("setup" if states_of(watch, strap.address, n)[-1:] == ["discovering"] else None)
-                           or ("done" if p.state(strap.address) == "needsRepair" and p.state(ring.address) == "connected" else None),
+                           or ("done" if states_of(watch, strap.address)[-1:] == ["needsRepair"]
+                               and states_of(watch, ring.address)[-1:] == ["connected"] else None),
                            90, "the strap's link being set up, or the strap disarmed and the ring connected", interval=0.02)
             if got == "done":
                 break
             pid, _ = bluetoothd_segv()
             kills.append(now() - t0)
+            strap.cmd("stall-att next")
             wait_bluetoothd_replaced(pid)
             log(f"kill {len(kills)} at {kills[-1]:.2f} s; strap {' → '.join(states_of(watch, strap.address, n))}; "
                 f"ring {' → '.join(states_of(watch, ring.address, n))}")
