@@ -118,6 +118,9 @@ enum StatusText {
         if let b = s.bluetoothd, b.state != "running" || b.lastCrash != nil {
             lines += BluetoothdText.lines(b, now: now)
         }
+        if let h = s.host, h.asleep || h.lastSleep != nil {
+            lines += HostText.lines(h, names: Dictionary(s.devices.map { ($0.address, $0.name) }, uniquingKeysWith: { a, _ in a }), now: now)
+        }
         if let p = s.pairing {
             lines += fit("", ["pairing: \(p.phase)\(p.device.map { " \($0)" } ?? "")", "ends \(relative(p.deadline, now))"])
         }
@@ -194,6 +197,28 @@ enum BluetoothdText {
     }
 
     static func seconds(_ s: Double) -> String { "\((s * 10).rounded() / 10) s" }
+}
+
+/// `pairctl status`'s host line: "host: slept 2 h ago for 7.1 min; Pulse-1 back after 3.2 s,
+/// Ring-1 not back yet".
+enum HostText {
+    static func lines(_ h: StatusDocument.Host, names: [String: String], now: Date = Date()) -> [String] {
+        var items: [String] = []
+        if h.asleep { items.append("host: going to sleep") }
+        if let s = h.lastSleep, !h.asleep {
+            let lasted = s.resumedAt.map { " for \(duration($0.timeIntervalSince(s.at)))" } ?? ""
+            items.append("host: slept \(StatusText.relative(s.at, now))\(lasted)")
+            for b in s.back {
+                let who = names[b.address].flatMap { $0.isEmpty ? nil : $0 } ?? b.address
+                items.append(b.after.map { "\(who) back after \(BluetoothdText.seconds($0))" } ?? "\(who) not back yet")
+            }
+        }
+        return StatusText.fit("", items, separator: "; ")
+    }
+
+    static func duration(_ s: Double) -> String {
+        s < 90 ? BluetoothdText.seconds(s) : s < 5400 ? "\(Int((s / 60).rounded())) min" : "\(((s / 360).rounded()) / 10) h"
+    }
 }
 
 private extension String {

@@ -60,6 +60,9 @@ public final class Daemon {
     var historyError: String?
     /// When a record was last appended (uptime nanoseconds), for the hourly `alive` line.
     var lastHistoryWrite: Int64 = 0
+    /// logind's delay inhibitor for sleep (closing it releases it), and why the last try failed.
+    var sleepInhibitor: UnixFD?
+    var sleepInhibitorError: String?
 
     public init(options: Options, log: Log) throws {
         self.log = log
@@ -182,6 +185,7 @@ public final class Daemon {
             bluez.log = { [unowned self] line in log.debug("bluez: \(line)") }
         }
         bluez.start()
+        followSleep()
 
         try loop.onSignal(SIGTERM) { [unowned self] in shutDown("SIGTERM") }
         try loop.onSignal(SIGINT) { [unowned self] in shutDown("SIGINT") }

@@ -16,6 +16,7 @@ struct JournalEntry {
         case .reconnected:
             let n = r.attempt ?? 0
             message = n == 0 ? "\(who) reconnected (the kernel's auto-connect)" : "\(who) reconnected after \(n) Connect attempt(s)"
+        case .hostAsleep: message = "\(who) let go: the host is going to sleep; paird brings it back after the resume"
         case .linkLost: message = "\(who) link lost (\(r.reason ?? "unknown")), waiting for it to come back"
         case .needsRepair: message = "\(who) needs re-pairing (\(r.reason ?? "bond lost")): run pairctl pair \(r.device.map { "\($0)" } ?? "")"
         case .unpaired: message = "\(who) unpaired"
@@ -32,7 +33,7 @@ struct JournalEntry {
         switch r.kind {
         case .needsRepair, .pairingFailed, .pairingRefused, .characteristicMissing: priority = .warning
         case .linkLost, .adapterLost, .paired, .connected, .reconnected, .unpaired, .userDisconnected: priority = .notice
-        case .stateChanged: priority = .info
+        case .stateChanged, .hostAsleep: priority = .info
         }
         fields = [
             ("PAIRD_DEVICE", r.device?.description ?? ""),

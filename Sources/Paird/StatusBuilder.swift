@@ -48,8 +48,14 @@ extension StatusDocument {
                          wearables: c.awaited.count, wearablesBack: c.awaited.filter { c.backTimes[$0] != nil }.count,
                          allBackAfter: c.awaited.isEmpty ? nil : after(allBack), disarmed: c.disarmed.map(\.description))
         }
+        let sleep = machine.host.lastSleep.map { s in
+            Host.Sleep(at: wall(s.at), resumedAt: s.resumedAt.map(wall), back: s.awaited.map { a in
+                .init(address: a.description, after: s.resumedAt.flatMap { r in s.backTimes[a].map { $0.since(r).seconds } })
+            })
+        }
         self.init(daemon: .init(running: true, version: BuildInfo.version, stateFileError: stateFileError), adapter: adapter, pairing: pairing, devices: devices,
                   bluetoothd: .init(state: w.phase.name, nextStartAt: w.phase.countdown.flatMap { $0.id.purpose == .bluetoothdStart ? wall($0.deadline) : nil },
-                                    lastCrash: crash))
+                                    lastCrash: crash),
+                  host: .init(asleep: machine.host.asleep, lastSleep: sleep))
     }
 }

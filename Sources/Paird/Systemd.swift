@@ -44,6 +44,9 @@ public final class Log: @unchecked Sendable {
         /// bluetoothd left the bus and paird does not start it (stopped by an administrator, no
         /// systemd, another failure).
         public static let bluetoothdDown = "9fe0a6f8edf440708400f4e405af5550"
+        /// The host is going to sleep (logind's PrepareForSleep(true)); and woke up.
+        public static let hostSleeping = "5b8e2f4c1a3d4e6f9b0c7d2e8f1a4b63"
+        public static let hostResumed = "8d4c2b1a0f9e4d3c8b7a6f5e4d3c2b1a"
         public static func forReport(_ kind: Report.Kind) -> String {
             switch kind {
             case .paired: "ab55ea673df149f5b792fb9662ee1185"
@@ -58,6 +61,7 @@ public final class Log: @unchecked Sendable {
             case .stateChanged: "fb277abbdc3641a2a37dc4287a3fa941"
             case .pairingRefused: "f004b59a35894a3a95581657a3104185"
             case .characteristicMissing: "7d1f0c5be8a54d37a9e2b3c16f4a0d92"
+            case .hostAsleep: "3c1e5b0a9d7f4e2b8a6c4d1f0e9b7a52"
             }
         }
     }

@@ -66,6 +66,9 @@ public struct Report: Sendable, Hashable {
         /// A configured characteristic is not on the wearable's set-up link (said once, until it
         /// is back or another one goes missing); `reason`: the UUIDs, space-separated.
         case characteristicMissing
+        /// The host is going to sleep: the wearable's link is let go (`reason` host-asleep). Not a
+        /// link loss, and not counted against the wearable.
+        case hostAsleep
     }
 
     public var kind: Kind

@@ -95,6 +95,12 @@ public enum Event: Sendable, Hashable {
     /// `org.bluez` had no owner when paird first asked (it has not been seen yet).
     case bluetoothdAbsent
 
+    // The host (logind's `PrepareForSleep`).
+    /// The host is about to sleep (`PrepareForSleep(true)`; paird holds a delay inhibitor meanwhile).
+    case hostSleeping
+    /// The host woke up (`PrepareForSleep(false)`).
+    case hostResumed
+
     // Device signals from BlueZ.
     case linkUp(DeviceAddress)
     case servicesResolved(DeviceAddress)

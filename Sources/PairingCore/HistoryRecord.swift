@@ -64,6 +64,8 @@ public struct HistoryRecord: Sendable, Hashable, Codable {
         public static let awayAtStart = "away-at-start"
         /// Just paired, or the user asked for it again (`pairctl connect`), and not connected yet.
         public static let connecting = "connecting"
+        /// The host slept (logind's PrepareForSleep): left out of availability until the resume.
+        public static let hostAsleep = "host-asleep"
     }
 
     public var kind: Kind

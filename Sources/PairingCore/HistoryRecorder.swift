@@ -29,6 +29,12 @@ public struct HistoryRecorder: Sendable {
         /// A private address resolved to the wearable's identity (`Event.addressChanged`): what
         /// is known of it moves to the new address (earlier lines keep the old one).
         case addressChanged(DeviceAddress, to: DeviceAddress)
+        /// The host is going to sleep (`Event.hostSleeping`): a wanted wearable's time from now
+        /// until the resume is left out of its availability, like a user's disconnect.
+        case hostSleeping
+        /// The host woke up (`Event.hostResumed`): each one the sleep took is wanted again, and
+        /// its time until it is back counts.
+        case hostResumed
     }
 
     struct Device: Sendable {
@@ -41,6 +47,9 @@ public struct HistoryRecorder: Sendable {
         var droppedAt: Moment?
         /// When the attempt that is making the link started (link up, or a Connect of paird's).
         var attemptAt: Moment?
+        /// What it was before the host's sleep took it (`hostAsleep`), restored at the resume.
+        var beforeSleep: HistoryRecord.Condition?
+        var reasonBeforeSleep: String?
     }
 
     var devices: [DeviceAddress: Device] = [:]
@@ -89,6 +98,28 @@ public struct HistoryRecorder: Sendable {
         case .report(let r):
             guard let a = r.device else { return [] }
             return stateChanged(a, r, now)
+        case .hostSleeping:
+            var out: [HistoryRecord] = []
+            for a in devices.keys.sorted(by: { $0.description < $1.description }) {
+                guard var d = devices[a], d.condition == .away || d.condition == .down else { continue }
+                (d.beforeSleep, d.reasonBeforeSleep) = (d.condition, d.reason)
+                (d.condition, d.reason, d.droppedAt) = (.unwanted, HistoryRecord.Reason.hostAsleep, nil)
+                devices[a] = d
+                out.append(HistoryRecord(kind: .change, at: t, device: a.description, name: d.name, condition: .unwanted,
+                                         reason: HistoryRecord.Reason.hostAsleep))
+            }
+            return out
+        case .hostResumed:
+            var out: [HistoryRecord] = []
+            for a in devices.keys.sorted(by: { $0.description < $1.description }) {
+                guard var d = devices[a], d.condition == .unwanted, d.reason == HistoryRecord.Reason.hostAsleep else { continue }
+                let condition = d.beforeSleep ?? .away
+                let reason = d.reasonBeforeSleep ?? HistoryRecord.Reason.hostAsleep
+                (d.condition, d.reason, d.droppedAt, d.beforeSleep, d.reasonBeforeSleep) = (condition, reason, now, nil, nil)
+                devices[a] = d
+                out.append(HistoryRecord(kind: .change, at: t, device: a.description, name: d.name, condition: condition, reason: reason))
+            }
+            return out
         case .addressChanged(let old, let new):
             if let d = devices.removeValue(forKey: old) { devices[new] = d }
             if let l = battery.removeValue(forKey: old.description) { battery[new.description] = l }
@@ -101,6 +132,11 @@ public struct HistoryRecorder: Sendable {
         if !r.name.isEmpty { d.name = r.name }
         defer { if r.to == "unpaired" { devices[a] = nil } else { devices[a] = d } }
         let new: (HistoryRecord.Condition, String?, String?)
+        if r.kind == .hostAsleep {
+            // Its link let go for the sleep: left out of availability until the resume.
+            (d.beforeSleep, d.reasonBeforeSleep) = (.away, HistoryRecord.Reason.hostAsleep)
+            new = (.unwanted, HistoryRecord.Reason.hostAsleep, nil)
+        } else {
         switch r.to {
         case "connected":
             new = (.connected, nil, nil)
@@ -129,6 +165,8 @@ public struct HistoryRecorder: Sendable {
                 new = (.away, HistoryRecord.Reason.awayAtStart, nil)
             case .away, .down:
                 return [] // still the drop that began it
+            case .unwanted where d.reason == HistoryRecord.Reason.hostAsleep:
+                return [] // asleep: the resume decides
             case .unwanted:
                 new = (.away, HistoryRecord.Reason.connecting, nil)
             case nil where r.to == "waitingForDevice":
@@ -136,6 +174,7 @@ public struct HistoryRecorder: Sendable {
             case nil:
                 new = (.down, HistoryRecord.Reason.starting, nil)
             }
+        }
         }
         let (condition, reason, detail) = new
         guard condition != d.condition || reason != d.reason else { return [] }
@@ -174,6 +213,8 @@ extension HistoryRecorder {
         switch event {
         case .bluetoothdLeft: .bluetoothdLeft
         case .adapterReady: .adapterReady
+        case .hostSleeping: .hostSleeping
+        case .hostResumed: .hostResumed
         case .addressChanged(let old, let new, _): .addressChanged(old, to: new)
         default: nil
         }

@@ -79,11 +79,11 @@ extension PairingMachine {
     /// the user's `connect`: the kernel's auto-connect first (the wearable may be advertising right
     /// now), one Connect() of our own when `autoConnectHeadStart` runs out, as after any wait;
     /// 0 = Connect() at once.
-    mutating func restoreConnect(_ i: Int, _ now: Moment, _ actions: inout [Action], reason: String? = nil) {
+    mutating func restoreConnect(_ i: Int, _ now: Moment, _ actions: inout [Action], reason: String? = nil, kind: Report.Kind? = nil) {
         guard headStartNanos > 0 else { return startConnect(i, attempt: 1, now, &actions) }
         let a = slots[i].address
         move(i, to: .waitingForDevice(.fallbackDue(countdown: countdown(.device(a), .fallbackConnect, now.advanced(byNanoseconds: headStartNanos)))),
-             now, &actions, reason: reason)
+             now, &actions, reason: reason, kind: kind)
     }
 
     /// BlueZ arms the kernel's auto-connect for a bonded device offering a service our registered

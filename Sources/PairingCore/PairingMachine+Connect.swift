@@ -33,12 +33,12 @@ extension PairingMachine {
     /// armed for this device (no wake-ups however long the wearable is away, and no Connect() to
     /// meet the wearable as it returns: BENCHMARKS.md finding 15); otherwise one fallback
     /// Connect() every `fallbackInterval`.
-    mutating func waitPassively(_ i: Int, _ now: Moment, _ actions: inout [Action], reason: String? = nil) {
+    mutating func waitPassively(_ i: Int, _ now: Moment, _ actions: inout [Action], reason: String? = nil, kind: Report.Kind? = nil) {
         let a = slots[i].address
         let phase: DeviceState.WaitPhase = autoConnectCovers(i)
             ? .onAutoConnect
             : .fallbackDue(countdown: countdown(.device(a), .fallbackConnect, now.advanced(byNanoseconds: fallbackNanos)))
-        move(i, to: .waitingForDevice(phase), now, &actions, reason: reason)
+        move(i, to: .waitingForDevice(phase), now, &actions, reason: reason, kind: kind)
     }
 
     mutating func connectSucceeded(_ a: DeviceAddress, _ call: UInt64, _ now: Moment, _ actions: inout [Action]) {

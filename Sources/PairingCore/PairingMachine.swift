@@ -45,6 +45,8 @@ public struct PairingMachine: Sendable {
     public internal(set) var autoConnectArmed: Set<DeviceAddress> = []
     /// bluetoothd on the bus, and after a crash its restarts (`PairingMachine+Bluetoothd`).
     public internal(set) var bluetoothd = BluetoothdWatch()
+    /// The host's sleeps (`PairingMachine+Sleep`): asleep now, and the last sleep with who was back when.
+    public internal(set) var host = HostWatch()
 
     /// The config's durations in nanoseconds, converted once (see `Moment`).
     let connectReplyNanos: Int64
@@ -99,6 +101,8 @@ public struct PairingMachine: Sendable {
         case .bluetoothdStartFailed: bluetoothdStartFailed(now, &actions)
         case .bluetoothdBack: bluetoothdBack(now, &actions)
         case .bluetoothdAbsent: bluetoothdAbsent(now, &actions)
+        case .hostSleeping: hostSleeping(now, &actions)
+        case .hostResumed: hostResumed(now, &actions)
         case .linkUp(let a): linkUp(a, now, &actions)
         case .servicesResolved(let a): servicesResolved(a, now, &actions)
         case .servicesLost(let a): servicesLost(a, now, &actions)

@@ -220,18 +220,52 @@ public struct StatusDocument: Codable, Sendable, Hashable {
         }
     }
 
+    /// The host's sleeps as paird followed them (logind's PrepareForSleep; null from a paird older
+    /// than this).
+    public struct Host: Codable, Sendable, Hashable {
+        public var asleep: Bool
+        public var lastSleep: Sleep?
+
+        public struct Sleep: Codable, Sendable, Hashable {
+            public var at: Date
+            public var resumedAt: Date?
+            /// Per wanted wearable at the sleep: seconds from the resume until it was connected
+            /// again; null while it is not.
+            public var back: [Back]
+
+            public struct Back: Codable, Sendable, Hashable {
+                public var address: String
+                public var after: Double?
+                public init(address: String, after: Double?) { self.address = address; self.after = after }
+            }
+
+            public init(at: Date, resumedAt: Date?, back: [Back]) {
+                self.at = at
+                self.resumedAt = resumedAt
+                self.back = back
+            }
+        }
+
+        public init(asleep: Bool, lastSleep: Sleep?) {
+            self.asleep = asleep
+            self.lastSleep = lastSleep
+        }
+    }
+
     public var daemon: Daemon
     public var adapter: Adapter?
     public var pairing: Pairing?
     public var devices: [Device]
     public var bluetoothd: Bluetoothd?
+    public var host: Host?
 
-    public init(daemon: Daemon, adapter: Adapter?, pairing: Pairing?, devices: [Device], bluetoothd: Bluetoothd? = nil) {
+    public init(daemon: Daemon, adapter: Adapter?, pairing: Pairing?, devices: [Device], bluetoothd: Bluetoothd? = nil, host: Host? = nil) {
         self.daemon = daemon
         self.adapter = adapter
         self.pairing = pairing
         self.devices = devices
         self.bluetoothd = bluetoothd
+        self.host = host
     }
 
     /// The version of this document's shape (`schemaVersion` in every JSON pairctl prints):
@@ -239,7 +273,7 @@ public struct StatusDocument: Codable, Sendable, Hashable {
     public static let schemaVersion = 1
 
     enum CodingKeys: String, CodingKey {
-        case schemaVersion, daemon, adapter, pairing, devices, bluetoothd
+        case schemaVersion, daemon, adapter, pairing, devices, bluetoothd, host
     }
 
     public init(from decoder: any Decoder) throws {
@@ -249,6 +283,7 @@ public struct StatusDocument: Codable, Sendable, Hashable {
         pairing = try c.decodeIfPresent(Pairing.self, forKey: .pairing)
         devices = try c.decode([Device].self, forKey: .devices)
         bluetoothd = try c.decodeIfPresent(Bluetoothd.self, forKey: .bluetoothd)
+        host = try c.decodeIfPresent(Host.self, forKey: .host)
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -259,6 +294,7 @@ public struct StatusDocument: Codable, Sendable, Hashable {
         try c.encode(pairing, forKey: .pairing)
         try c.encode(devices, forKey: .devices)
         try c.encode(bluetoothd, forKey: .bluetoothd)
+        try c.encode(host, forKey: .host)
     }
 
     public func json(pretty: Bool = true) -> String {

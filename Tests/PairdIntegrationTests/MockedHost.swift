@@ -49,6 +49,36 @@ final class MockedHost {
         try must(python("b.get_object('org.bluez', '/').AddAdapter('hci0', 'host', dbus_interface='org.bluez.Mock')"))
     }
 
+    /// python-dbusmock's `logind` template as org.freedesktop.login1 (Inhibit hands out a pipe
+    /// and lists the inhibitor until its end is closed; PrepareForSleep is sent by `EmitSignal`).
+    /// It does not reproduce logind's own waiting on delay inhibitors, nor a real sleep.
+    func startLogind() throws {
+        let mock = Process()
+        mock.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        mock.arguments = ["-m", "dbusmock", "--system", "--template", "logind"]
+        mock.environment = env
+        mock.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
+        try mock.run()
+        processes.append(mock)
+        try waitFor("org.freedesktop.login1 on the private bus", deadline: 15) {
+            self.python("import dbus; dbus.SystemBus().get_name_owner('org.freedesktop.login1')").status == 0
+        }
+    }
+
+    /// logind's inhibitors now, as "what who mode" lines.
+    func inhibitors() -> [String] {
+        let r = python("""
+            for i in b.get_object('org.freedesktop.login1', '/org/freedesktop/login1').ListInhibitors(dbus_interface='org.freedesktop.login1.Manager'):
+                print(i[0], i[1], i[3])
+            """)
+        return r.out.split(separator: "\n").map(String.init)
+    }
+
+    /// logind's PrepareForSleep(going).
+    func prepareForSleep(_ going: Bool) throws {
+        try must(python("b.get_object('org.freedesktop.login1', '/org/freedesktop/login1').EmitSignal('org.freedesktop.login1.Manager', 'PrepareForSleep', 'b', [\(going ? "True" : "False")], dbus_interface='org.freedesktop.DBus.Mock')"), "EmitSignal PrepareForSleep")
+    }
+
     deinit {
         // SIGKILL: children of Swift Testing's worker threads may inherit a mask blocking SIGTERM.
         for p in processes.reversed() where p.isRunning { kill(p.processIdentifier, SIGKILL); p.waitUntilExit() }

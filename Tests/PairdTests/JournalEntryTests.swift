@@ -31,7 +31,7 @@ struct JournalEntryTests {
             let p = JournalEntry(Report(kind: kind, device: nil)).priority
             switch kind {
             case .needsRepair, .pairingFailed, .pairingRefused, .characteristicMissing: #expect(p == .warning)
-            case .stateChanged: #expect(p == .info)
+            case .stateChanged, .hostAsleep: #expect(p == .info)
             case .paired, .connected, .reconnected, .linkLost, .unpaired, .userDisconnected, .adapterLost: #expect(p == .notice)
             }
         }

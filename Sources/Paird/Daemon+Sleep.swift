@@ -1,0 +1,71 @@
+import DBus
+import PairingCore
+
+/// Following the host's sleep through logind (`org.freedesktop.login1.Manager`): the
+/// `PrepareForSleep` signal, and a `delay` inhibitor so paird acts before the host sleeps. The
+/// decisions are the machine's (`PairingMachine+Sleep`). logind's stock polkit policy lets any
+/// user take a delay inhibitor (`org.freedesktop.login1.inhibit-delay-sleep`); without logind
+/// (a container, no systemd) paird simply never hears of a sleep.
+extension Daemon {
+    static let login1 = (name: "org.freedesktop.login1", path: "/org/freedesktop/login1", manager: "org.freedesktop.login1.Manager")
+    /// At most this long between PrepareForSleep(true) and the inhibitor's release, whatever is
+    /// still out (logind's own cap, InhibitDelayMaxSec, is 5 s by default).
+    static let sleepReleaseAfter: Duration = .seconds(2)
+
+    func followSleep() {
+        // The bus delivers only what the real org.freedesktop.login1 sends (sender in the rule).
+        bus.onSignal(interface: Self.login1.manager, member: "PrepareForSleep", path: Self.login1.path, sender: Self.login1.name,
+                     ready: { [unowned self] error in
+                         if let error { log.warning("cannot follow the host's sleep (AddMatch: \(error.name))") }
+                     }) { [unowned self] message in
+            guard let going = (try? message.arguments())?.first?.bool else { return }
+            going ? hostGoingToSleep() : hostResumed()
+        }
+        takeSleepInhibitor()
+    }
+
+    /// Takes the delay inhibitor (again after each resume: it is released before each sleep).
+    func takeSleepInhibitor() {
+        guard sleepInhibitor == nil else { return }
+        let l = Self.login1
+        bus.call(destination: l.name, path: l.path, interface: l.manager, method: "Inhibit",
+                 args: [.string("sleep"), .string("paird"), .string("lets the wearables' links go in order before the host sleeps"), .string("delay")],
+                 timeout: .seconds(10)) { [unowned self] result in
+            switch result {
+            case .success(let v):
+                sleepInhibitor = v.first?.unixFD
+                sleepInhibitorError = nil
+                log.debug("logind: holding a delay inhibitor for sleep (\(sleepInhibitor.map { "\($0)" } ?? "none"))")
+            case .failure(let e):
+                if sleepInhibitorError != e.name {
+                    log.info("logind: no sleep inhibitor (\(e.name)): paird follows the host's sleeps without delaying them")
+                }
+                sleepInhibitorError = e.name
+            }
+        }
+    }
+
+    func hostGoingToSleep() {
+        let linked = machine.devices.values.filter { $0.wanted == .connected && $0.state.link != nil }.count
+        log.log(.info, "the host is going to sleep: letting \(linked) wearable link(s) go; they come back after the resume",
+                id: Log.MessageID.hostSleeping, fields: ["PAIRD_SLEEP": "sleeping"])
+        feed(.hostSleeping)
+        // The Disconnect() calls are out; bluetoothd sends them on before the host freezes, and the
+        // kernel's own suspend notifier ends any link that is left. Released after a short
+        // moment, or logind waits its whole InhibitDelayMaxSec.
+        loop.schedule(after: Self.sleepReleaseAfter) { [unowned self] in
+            if machine.host.asleep, sleepInhibitor != nil {
+                sleepInhibitor = nil // closing the fd releases it
+                log.debug("logind: sleep inhibitor released")
+            }
+        }
+    }
+
+    func hostResumed() {
+        log.log(.info, "the host woke up: bringing the wearables back (the kernel's auto-connect, then paird's Connect())",
+                id: Log.MessageID.hostResumed, fields: ["PAIRD_SLEEP": "resumed"])
+        sleepInhibitor = nil
+        feed(.hostResumed)
+        takeSleepInhibitor()
+    }
+}

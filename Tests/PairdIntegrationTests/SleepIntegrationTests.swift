@@ -1,0 +1,74 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+import PairingCore
+import Testing
+
+/// The real paird against python-dbusmock's logind and bluez5 (MockedHost.startLogind says what
+/// the mock does not reproduce): a delay inhibitor held, PrepareForSleep followed.
+@Suite("The host sleeps (logind mock)", .serialized)
+struct SleepIntegrationTests {
+    let watch = MockedHost.watch
+
+    func pairWatch(_ host: MockedHost) throws {
+        try host.addDevice(watch)
+        let scans = host.adapterCalls("StartDiscovery")
+        let pairing = host.start(MockedHost.pairctlBin, ["pair", watch, "--timeout", "5"])
+        try host.advertise(watch, afterDiscoveries: scans)
+        try waitFor("paird to call Connect after pairing", deadline: 20) { host.calls("Connect") >= 1 }
+        try host.setDevice(watch, "'ServicesResolved': True")
+        try host.must(pairing.finish(), "pairctl pair")
+    }
+
+    @Test("a delay inhibitor held; before the sleep the link let go (Disconnect) and the inhibitor released; after it, taken again; status and journal say so")
+    func sleepAndResume() throws {
+        let host = try MockedHost()
+        try host.startLogind()
+        try host.startPaird()
+        try pairWatch(host)
+        try waitFor("paird's delay inhibitor", deadline: 10) { host.inhibitors() == ["sleep paird delay"] }
+
+        let disconnects = host.calls("Disconnect")
+        try host.prepareForSleep(true)
+        try waitFor("Disconnect of the watch", deadline: 10) { host.calls("Disconnect") > disconnects }
+        try waitFor("the inhibitor released", deadline: 10) { host.inhibitors().isEmpty }
+        var doc = try host.status()
+        #expect(doc.host?.asleep == true)
+        #expect(doc.devices.first?.lastDisconnect?.reason == "host-asleep")
+        #expect(doc.devices.first?.state == "waitingForDevice")
+        #expect(host.log().contains("the host is going to sleep: letting 1 wearable link(s) go"))
+
+        try host.prepareForSleep(false)
+        try waitFor("the inhibitor taken again", deadline: 10) { host.inhibitors() == ["sleep paird delay"] }
+        doc = try host.status()
+        #expect(doc.host?.asleep == false)
+        #expect(doc.host?.lastSleep?.resumedAt != nil)
+        #expect(doc.host?.lastSleep?.back.map(\.address) == [watch])
+        #expect(host.log().contains("the host woke up"))
+        let text = host.pairctl("status")
+        #expect(text.out.contains("host: slept"), "\(text.out)")
+    }
+
+    @Test("a signal of the same name from another sender is not followed")
+    func spoofed() throws {
+        let host = try MockedHost()
+        try host.startLogind()
+        try host.startPaird()
+        try pairWatch(host)
+        try waitFor("paird's delay inhibitor", deadline: 10) { host.inhibitors() == ["sleep paird delay"] }
+        // Anyone may emit a signal with logind's interface and path from their own connection.
+        let r = host.python("""
+            m = dbus.lowlevel.SignalMessage('/org/freedesktop/login1', 'org.freedesktop.login1.Manager', 'PrepareForSleep')
+            m.append(True, signature='b')
+            b.send_message(m); b.flush()
+            """)
+        try host.must(r, "spoofed signal")
+        // paird answers a status call after the signal was delivered: it was not taken for logind's.
+        let doc = try host.status()
+        #expect(doc.host?.asleep == false)
+        #expect(doc.devices.first?.state == "connected")
+        #expect(host.inhibitors() == ["sleep paird delay"])
+    }
+}
