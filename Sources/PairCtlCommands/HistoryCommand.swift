@@ -138,7 +138,7 @@ struct HistoryDocument: Encodable {
         var timeline: HistoryAnalysis.Timeline
     }
     struct Latency: Encodable { var count: Int; var p50, p95, max: Double }
-    struct LeftOut: Encodable { var notWantedSeconds, unknownSeconds: Double }
+    struct LeftOut: Encodable { var notWantedSeconds, asleepSeconds, unknownSeconds: Double }
     struct Drop: Encodable { var at: String; var reason: String; var detail: String? }
     struct Gap: Encodable { var start: String; var seconds: Double; var reason: String? }
     struct Battery: Encodable { var first: Int; var firstAt: String; var last: Int; var lastAt: String; var readings: Int }
@@ -154,7 +154,7 @@ struct HistoryDocument: Encodable {
             Device(address: a.device, name: a.name, availabilityPercent: a.availabilityPercent.map(Self.round),
                    wantedSeconds: Self.round(a.wantedSeconds), connectedSeconds: Self.round(a.connectedSeconds),
                    awaySeconds: Self.round(a.awaySeconds), downSeconds: Self.round(a.downSeconds),
-                   leftOut: LeftOut(notWantedSeconds: Self.round(a.notWantedSeconds), unknownSeconds: Self.round(a.unknownSeconds)),
+                   leftOut: LeftOut(notWantedSeconds: Self.round(a.notWantedSeconds), asleepSeconds: Self.round(a.asleepSeconds), unknownSeconds: Self.round(a.unknownSeconds)),
                    drops: a.drops.map { Drop(at: HistoryRecord.formatTime($0.at), reason: $0.reason, detail: $0.detail) },
                    dropsByReason: a.dropsByReason,
                    longestGap: a.longestGap.map { Gap(start: HistoryRecord.formatTime($0.start), seconds: Self.round($0.seconds), reason: $0.reason) },
@@ -181,7 +181,8 @@ enum HistoryText {
         } else {
             lines.append("  availability: not measured (never wanted connected in this window, as far as the record knows)")
         }
-        lines.append("  left out: \(duration(a.notWantedSeconds)) not wanted (disconnected by the user), \(duration(a.unknownSeconds)) unknown (paird not running, or not knowing it then)")
+        let user = a.notWantedSeconds - a.asleepSeconds
+        lines.append("  left out: \(duration(user)) disconnected by the user, \(duration(a.asleepSeconds)) host asleep, \(duration(a.unknownSeconds)) unknown (paird not running, or not knowing it then)")
         if a.drops.isEmpty {
             lines.append("  drops: none")
         } else {

@@ -64,8 +64,10 @@ public struct HistoryAnalysis: Sendable, Hashable, Codable {
     public var connectedSeconds: Double
     public var awaySeconds: Double
     public var downSeconds: Double
-    /// Left out of availability: not wanted (disconnected by the user).
+    /// Left out of availability: not wanted (disconnected by the user, or the host asleep).
     public var notWantedSeconds: Double
+    /// Of `notWantedSeconds`: the host asleep (`host-asleep`).
+    public var asleepSeconds: Double = 0
     /// Left out of availability: paird not running (or not yet knowing the wearable).
     public var unknownSeconds: Double
     public var drops: [Drop]
@@ -151,6 +153,8 @@ public struct HistoryAnalysis: Sendable, Hashable, Codable {
         for s in clipped { total[s.condition, default: 0] += s.end - s.start }
         let connected = total[.connected] ?? 0, away = total[.away] ?? 0, down = total[.down] ?? 0
         let notWanted = total[.unwanted] ?? 0
+        let asleep = clipped.filter { $0.condition == .unwanted && $0.reason == HistoryRecord.Reason.hostAsleep }
+            .reduce(0) { $0 + $1.end - $1.start }
         let wanted = connected + away + down
         let known = wanted + notWanted
         let unknown = max(0, (until - since) - known)
@@ -185,7 +189,7 @@ public struct HistoryAnalysis: Sendable, Hashable, Codable {
             Battery(first: f.1, firstAt: f.0, last: inWindow.last!.1, lastAt: inWindow.last!.0, readings: inWindow.count)
         }
 
-        return HistoryAnalysis(
+        var result = HistoryAnalysis(
             device: device, name: name, since: since, until: until,
             availabilityPercent: wanted > 0 ? connected / wanted * 100 : nil,
             wantedSeconds: wanted, connectedSeconds: connected, awaySeconds: away, downSeconds: down,
@@ -193,6 +197,8 @@ public struct HistoryAnalysis: Sendable, Hashable, Codable {
             drops: windowDrops, dropsByReason: byReason, longestGap: longest,
             reconnectLatency: latencySummary(latencies), battery: battery,
             timeline: timeline(clipped, since: since, until: until))
+        result.asleepSeconds = asleep
+        return result
     }
 
     /// Nearest-rank percentiles.

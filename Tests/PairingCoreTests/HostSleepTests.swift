@@ -116,28 +116,48 @@ struct HostSleepTests {
 
     @Test("the record: the sleep is left out of availability (unwanted, host-asleep) and the time after the resume counts as away")
     func recorded() {
-        var h = two()
+        var h = Harness(state: PersistedState(devices: [
+            PersistedDevice(identity: DeviceIdentity(address: watch, name: "Watch", serviceUUIDs: [ServiceUUID.heartRate]),
+                            wanted: .connected, pairedAt: 0, updatedAt: 0),
+            PersistedDevice(identity: DeviceIdentity(address: ring, name: "Ring", serviceUUIDs: [ServiceUUID.heartRate]),
+                            wanted: .connected, pairedAt: 0, updatedAt: 0),
+        ]))
         var recorder = HistoryRecorder()
-        var records: [HistoryRecord] = []
+        var records: [HistoryRecord] = [], all: [HistoryRecord] = []
         func send(_ e: Event) {
-            if let i = HistoryRecorder.input(before: e) { records += recorder.handle(i, now: h.now) }
-            for a in h.send(e) { if let i = HistoryRecorder.input(for: a) { records += recorder.handle(i, now: h.now) } }
+            var out: [HistoryRecord] = []
+            if let i = HistoryRecorder.input(before: e) { out += recorder.handle(i, now: h.now) }
+            for a in h.send(e) { if let i = HistoryRecorder.input(for: a) { out += recorder.handle(i, now: h.now) } }
+            records += out
+            all += out
         }
-        records += recorder.handle(.pairdStarted, now: h.now)
-        send(.linkUp(watch)); send(.servicesResolved(watch)); send(.setUpLinkFinished(watch, failure: nil))
-        send(.linkDown(ring, linkLoss))
+        all += recorder.handle(.pairdStarted, now: h.now)
+        send(.adapterReady([watch: BlueZDeviceView(connected: true, servicesResolved: true), ring: BlueZDeviceView()]))
+        send(.setUpLinkFinished(watch, failure: nil))
+        #expect(h.state(watch)?.isConnected == true)
         records.removeAll()
         h.advance(.seconds(10))
         send(.hostSleeping)
-        #expect(records.filter { $0.reason == "host-asleep" && $0.condition == .unwanted }.compactMap(\.device).sorted() == [watch.description])
+        // Both: the connected watch (its drop) and the ring, away since paird's start.
+        #expect(records.filter { $0.reason == "host-asleep" && $0.condition == .unwanted }.compactMap(\.device).sorted()
+                == [watch, ring].sorted().map(\.description))
+        #expect(records.first { $0.device == watch.description }?.kind == .down)
         h.advance(.seconds(100))
         records.removeAll()
         send(.hostResumed)
-        #expect(records.map(\.condition) == [.away])
+        #expect(records.map(\.condition) == [.away, .away])
         h.advance(.seconds(4))
         records.removeAll()
         send(.linkUp(watch)); send(.servicesResolved(watch)); send(.setUpLinkFinished(watch, failure: nil))
         #expect(records.first?.kind == .up)
         #expect(records.first?.away == 4, "away from the resume, not from the sleep")
+        // Availability from the first link to 6 s after the return: 10 s + 6 s connected, 4 s away,
+        // the 100 s asleep left out and said so.
+        h.advance(.seconds(6))
+        let a = HistoryAnalysis.analyse(all, device: watch.description, since: all[0].at, until: h.now.unixTime)
+        #expect(a.asleepSeconds == 100 && a.notWantedSeconds == 100)
+        #expect(a.awaySeconds == 4 && a.connectedSeconds == 16)
+        #expect(a.availabilityPercent == 80)
+        #expect(a.dropsByReason == ["host-asleep": 1], "one drop, the sleep's, by its own reason: \(a.dropsByReason)")
     }
 }

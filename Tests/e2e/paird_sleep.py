@@ -1,0 +1,95 @@
+#!/usr/bin/python3
+# testbed: mode=systemd timeout=300 wearables=strap
+"""Issue 32, part 1: the host sleeps and wakes with paird running under systemd, logind and the
+kernel's Bluetooth suspend path real. `systemctl suspend` → logind sends PrepareForSleep(true)
+and waits for paird's delay inhibitor → paird lets the strap's link go (host-asleep), releases
+it → systemd-suspend.service → resume → PrepareForSleep(false) → the strap back, connected and
+notifying, without a command; nothing counted against it; status shows the sleep and the return.
+
+The bed's stand-in for the sleep itself: systemd-suspend.service's ExecStart (systemd-sleep,
+which writes /sys/power/state) is replaced by the kernel's own Bluetooth suspend of the central
+(hci_vhci's debugfs `force_suspend`: hci_suspend_dev, which ends every link and sets the
+controller up for wake, then hci_resume_dev), BED_SLEEP_S seconds apart. The guest's CPUs do not
+stop: under qemu TCG the guest did not wake from s2idle or S3 on the RTC alarm (tried: systemctl
+suspend with SuspendState=freeze and a wakealarm; the VM hung until the host's deadline)."""
+import json
+import os
+
+from bedlib import *
+
+SLEEP_S = int(os.environ.get("BED_SLEEP_S", "8"))
+HR = "00002a37-0000-1000-8000-00805f9b34fb"
+MSG_HOST_SLEEPING = "5b8e2f4c1a3d4e6f9b0c7d2e8f1a4b63"
+MSG_HOST_RESUMED = "8d4c2b1a0f9e4d3c8b7a6f5e4d3c2b1a"
+MSG_HOST_ASLEEP = "3c1e5b0a9d7f4e2b8a6c4d1f0e9b7a52"
+MSG_LINK_LOST = "5c5a55419d41426389004542fbd35400"
+FORCE = "/sys/kernel/debug/bluetooth/hci0/force_suspend"
+
+
+def inhibitors():
+    out = sh("busctl --json=short call org.freedesktop.login1 /org/freedesktop/login1 "
+             "org.freedesktop.login1.Manager ListInhibitors", check=False)
+    try:
+        return [f"{i[0]} {i[1]} {i[3]}" for i in json.loads(out)["data"][0]]
+    except (ValueError, KeyError, IndexError):
+        return []
+
+
+def notifies(watch, address, since=0):
+    return [l for l in watch.lines()[since:] if len(l.split()) > 3 and l.split()[1:3] == [address, "notify"] and l.split()[3] == HR]
+
+
+@scenario
+def main():
+    w = Wearable.start(name="Pulse-1", battery=87)
+    p = Paird(mode="systemd")
+    with step("paird up under systemd; the strap paired, connected and notifying; paird holds a delay inhibitor for sleep"):
+        p.start()
+        pair_wearable(p)
+        p.wait_state("connected", 20)
+        watch = p.watch()
+        wait_for(lambda: notifies(watch, w.address), 30, "a heart-rate notification")
+        wait_for(lambda: "sleep paird delay" in inhibitors(), 20, "paird's delay inhibitor in logind's list")
+        check(os.path.exists(FORCE), f"{FORCE} (the kernel's Bluetooth suspend of the central)")
+    with step(f"the sleep's stand-in: systemd-suspend.service suspends hci0 for {SLEEP_S} s (the kernel's hci_suspend_dev)"):
+        sh("mkdir -p /run/systemd/system/systemd-suspend.service.d")
+        with open("/run/systemd/system/systemd-suspend.service.d/bed.conf", "w") as f:
+            f.write("[Service]\nExecStart=\nExecStart=/bin/sh -c 'echo Y > %s; sleep %d; echo N > %s'\n" % (FORCE, SLEEP_S, FORCE))
+        sh("systemctl daemon-reload")
+    n = watch.count()
+    with step("systemctl suspend → paird lets the link go before the sleep (host-asleep), then releases its inhibitor"):
+        t0 = now()
+        sh("systemctl suspend", timeout=30)
+        e = wait_for(lambda: journal_entries(MSG_HOST_SLEEPING), 20, "paird's 'going to sleep' entry")[-1]
+        log(f"journal: {e.get('MESSAGE')!r}")
+        asleep = wait_for(lambda: journal_entries(MSG_HOST_ASLEEP), 20, "the strap's host-asleep entry")[-1]
+        check(asleep.get("PAIRD_DEVICE") == w.address and asleep.get("PAIRD_REASON") == "host-asleep",
+              f"host-asleep entry for the strap: {asleep.get('MESSAGE')!r}")
+        wait_for(lambda: "sleep paird delay" not in inhibitors(), 10, "paird's inhibitor released")
+    with step("resumed → the strap back, connected and notifying, without a command; no link loss, nothing counted"):
+        wait_for(lambda: journal_entries(MSG_HOST_RESUMED), SLEEP_S + 30, "paird's 'woke up' entry")
+        t_resume = now()
+        p.wait_state("connected", 60)
+        m = watch.count()
+        wait_for(lambda: notifies(watch, w.address, m), 30, "a notification after the resume")
+        log(f"the strap notifying {now() - t_resume:.2f} s after the resume ({now() - t0:.2f} s after systemctl suspend); "
+            f"states {' → '.join(watch.states(0)[-6:])}")
+        check(not [x for x in journal_entries(MSG_LINK_LOST) if x.get("PAIRD_DEVICE") == w.address],
+              "no 'link lost' entry for the strap")
+        d = p.device(w.address)
+        check(d["lastDisconnect"]["reason"] == "host-asleep", f"last disconnect host-asleep: {d['lastDisconnect']}")
+        wait_for(lambda: "sleep paird delay" in inhibitors(), 20, "paird's inhibitor taken again")
+    with step("pairctl status shows the sleep and the strap's return; the record leaves the sleep out"):
+        s = p.status()
+        last = s["host"]["lastSleep"]
+        back = {b["address"]: b["after"] for b in last["back"]}
+        check(s["host"]["asleep"] is False and last["resumedAt"], f"host: {s['host']}")
+        check(back.get(w.address) is not None, f"the strap's return time: {back}")
+        rc, out, _ = p.pairctl("status")
+        log("pairctl status:\n" + "\n".join(f"  | {l}" for l in out.splitlines()))
+        check("host: slept" in out and "back after" in out, "status text names the sleep and the return")
+        rc, out, _ = p.pairctl("history", "--json")
+        check(rc == 0, f"pairctl history --json: exit {rc}")
+        log(f"history: {out.strip()[:600]}")
+
+main()
