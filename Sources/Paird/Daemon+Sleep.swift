@@ -49,16 +49,26 @@ extension Daemon {
         let linked = machine.devices.values.filter { $0.wanted == .connected && $0.state.link != nil }.count
         log.log(.info, "the host is going to sleep: letting \(linked) wearable link(s) go; they come back after the resume",
                 id: Log.MessageID.hostSleeping, fields: ["PAIRD_SLEEP": "sleeping"])
+        sleepDisconnects = []
         feed(.hostSleeping)
-        // The Disconnect() calls are out; bluetoothd sends them on before the host freezes, and the
-        // kernel's own suspend notifier ends any link that is left. Released after a short
-        // moment, or logind waits its whole InhibitDelayMaxSec.
+        // The inhibitor goes once BlueZ answered every Disconnect() (the links are down), at the
+        // latest after `sleepReleaseAfter`: the kernel's own suspend ends any link that is left.
+        if sleepDisconnects.isEmpty { return releaseSleepInhibitor("no link to let go") }
         loop.schedule(after: Self.sleepReleaseAfter) { [unowned self] in
-            if machine.host.asleep, sleepInhibitor != nil {
-                sleepInhibitor = nil // closing the fd releases it
-                log.debug("logind: sleep inhibitor released")
-            }
+            if machine.host.asleep { releaseSleepInhibitor("\(sleepDisconnects.count) Disconnect() call(s) still unanswered") }
         }
+    }
+
+    func sleepDisconnectAnswered(_ a: DeviceAddress) {
+        guard sleepDisconnects.remove(a) != nil, sleepDisconnects.isEmpty, machine.host.asleep else { return }
+        releaseSleepInhibitor("every link let go")
+    }
+
+    /// Closing the fd releases it: logind may put the host to sleep now.
+    func releaseSleepInhibitor(_ why: String) {
+        guard sleepInhibitor != nil else { return }
+        sleepInhibitor = nil
+        log.debug("logind: sleep inhibitor released (\(why))")
     }
 
     func hostResumed() {

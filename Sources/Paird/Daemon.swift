@@ -63,6 +63,8 @@ public final class Daemon {
     /// logind's delay inhibitor for sleep (closing it releases it), and why the last try failed.
     var sleepInhibitor: UnixFD?
     var sleepInhibitorError: String?
+    /// The Disconnect() calls made for the coming sleep that BlueZ has not answered yet.
+    var sleepDisconnects: Set<DeviceAddress> = []
 
     public init(options: Options, log: Log) throws {
         self.log = log
@@ -286,8 +288,11 @@ public final class Daemon {
                 }
             }
         case .disconnect(let a):
+            let forSleep = machine.host.asleep
+            if forSleep { sleepDisconnects.insert(a) }
             bluez.disconnect(a) { [unowned self] failure in
                 if let failure { log.debug("Disconnect \(a): \(failure.token)") }
+                if forSleep { sleepDisconnectAnswered(a) }
             }
         case .setUpLink(let a):
             bluez.setUpLink(a, subscribe: config.subscribe, battery: config.battery) { [unowned self] failure in
