@@ -57,6 +57,8 @@ public struct HistoryRecorder: Sendable {
     /// record an unchanged level again).
     var battery: [String: Int] = [:]
     var bluetoothdGone = false
+    /// Between `hostSleeping` and `hostResumed`.
+    var asleep = false
 
     /// `earlier`: the records already in the file (only their battery readings are used).
     public init(earlier: [HistoryRecord] = []) {
@@ -99,6 +101,7 @@ public struct HistoryRecorder: Sendable {
             guard let a = r.device else { return [] }
             return stateChanged(a, r, now)
         case .hostSleeping:
+            asleep = true
             var out: [HistoryRecord] = []
             for a in devices.keys.sorted(by: { $0.description < $1.description }) {
                 guard var d = devices[a], d.condition == .away || d.condition == .down else { continue }
@@ -110,6 +113,7 @@ public struct HistoryRecorder: Sendable {
             }
             return out
         case .hostResumed:
+            asleep = false
             var out: [HistoryRecord] = []
             for a in devices.keys.sorted(by: { $0.description < $1.description }) {
                 guard var d = devices[a], d.condition == .unwanted, d.reason == HistoryRecord.Reason.hostAsleep else { continue }
@@ -132,10 +136,13 @@ public struct HistoryRecorder: Sendable {
         if !r.name.isEmpty { d.name = r.name }
         defer { if r.to == "unpaired" { devices[a] = nil } else { devices[a] = d } }
         let new: (HistoryRecord.Condition, String?, String?)
-        if r.kind == .hostAsleep {
+        if r.kind == .hostAsleep, asleep {
             // Its link let go for the sleep: left out of availability until the resume.
             (d.beforeSleep, d.reasonBeforeSleep) = (.away, HistoryRecord.Reason.hostAsleep)
             new = (.unwanted, HistoryRecord.Reason.hostAsleep, nil)
+        } else if r.kind == .hostAsleep {
+            // A link the sleep took, seen going only after the resume: away from now on.
+            new = (.away, HistoryRecord.Reason.hostAsleep, nil)
         } else {
         switch r.to {
         case "connected":

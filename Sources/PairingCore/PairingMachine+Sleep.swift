@@ -7,8 +7,9 @@
 /// for controllers that lose their accept list over a sleep), paird's own `Connect()` when the
 /// head start runs out. `lastSleep` keeps when each one was back, for `pairctl status`.
 extension PairingMachine {
-    /// A link that goes down within this long after the resume, and came up before the sleep,
-    /// went with the sleep: its link-down can reach paird only once the host runs again.
+    /// A link that goes down within this long after the resume, and came up before it (before the
+    /// sleep, or in the moment between PrepareForSleep and the freeze), went with the sleep: its
+    /// link-down can reach paird only once the host runs again.
     static let resumeGrace: Duration = .seconds(30)
 
     mutating func hostSleeping(_ now: Moment, _ actions: inout [Action]) {
@@ -39,12 +40,12 @@ extension PairingMachine {
         actions.append(.updateAutoConnect(autoConnectUUIDs))
     }
 
-    /// The link of slot `i` went with the host's sleep: it predates the last sleep, and the host
-    /// is asleep or woke up less than `resumeGrace` ago.
+    /// The link went with the host's sleep: the host is asleep, or woke up less than
+    /// `resumeGrace` ago and the link predates the resume.
     func sleepTookLink(_ link: Link, _ now: Moment) -> Bool {
         if host.asleep { return true }
         guard let s = host.lastSleep, let woke = s.resumedAt else { return false }
-        return link.upAt <= s.at && now.since(woke) < Self.resumeGrace
+        return link.upAt < woke && now.since(woke) < Self.resumeGrace
     }
 
     /// Waits for it (the auto-connect, or paird's `Connect()` after the resume) with the reason

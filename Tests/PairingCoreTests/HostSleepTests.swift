@@ -114,6 +114,32 @@ struct HostSleepTests {
         #expect(h.machine.host.lastSleep == nil)
     }
 
+    @Test("the record: a link the sleep took whose drop is seen only after the resume is away from then on, not left out")
+    func recordedLateDrop() {
+        var h = two()
+        var recorder = HistoryRecorder()
+        var records: [HistoryRecord] = []
+        func send(_ e: Event) {
+            if let i = HistoryRecorder.input(before: e) { records += recorder.handle(i, now: h.now) }
+            for a in h.send(e) { if let i = HistoryRecorder.input(for: a) { records += recorder.handle(i, now: h.now) } }
+        }
+        _ = recorder.handle(.pairdStarted, now: h.now)
+        send(.linkDown(ring, linkLoss))
+        h.advance(.seconds(5))
+        send(.hostSleeping)
+        h.advance(.milliseconds(800))
+        send(.linkUp(ring))   // the auto-connect, between PrepareForSleep and the freeze…
+        h.advance(.seconds(60))
+        send(.hostResumed)
+        records.removeAll()
+        h.advance(.seconds(1))
+        send(.linkDown(ring, linkLoss)) // …the kernel's suspend ended it, and paird hears of it now
+        #expect(h.machine.device(ring)?.lastDisconnect?.reason == "host-asleep")
+        #expect(h.machine.device(ring)?.setupFailures == 0)
+        #expect(records.count == 1)
+        #expect(records.first?.condition == .away && records.first?.reason == "host-asleep")
+    }
+
     @Test("the record: the sleep is left out of availability (unwanted, host-asleep) and the time after the resume counts as away")
     func recorded() {
         var h = Harness(state: PersistedState(devices: [

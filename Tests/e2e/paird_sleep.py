@@ -98,6 +98,17 @@ def main():
     log(f"resume → first notification: {came_back} of {SLEEPS} back; median {statistics.median(back):.2f} s, max {max(back):.2f} s "
         f"({', '.join(f'{x:.2f}' for x in back)})")
 
+    with step("for comparison, in the same run: a clean bluetoothd restart → the strap back and notifying"):
+        p.wait_state("connected", 30)
+        m = watch.count()
+        t = now()
+        sh("systemctl restart bluetooth.service", timeout=60)
+        wait_for(lambda: "adapterUnavailable" in watch.states(0)[-6:] or None, 30, "paird seeing bluetoothd go")
+        m = watch.count()
+        wait_for(lambda: notifies(watch, w.address, m) and bluetoothd_active(), 60, "a notification after the restart")
+        log(f"bluetoothd restart → first notification {now() - t:.2f} s (resume → first notification, median "
+            f"{statistics.median(back):.2f} s, in the same run)")
+
     with step("pairctl status shows the last sleep and the strap's return; the record leaves the sleeps out"):
         s = p.status()
         last = s["host"]["lastSleep"]
