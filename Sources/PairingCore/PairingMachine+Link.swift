@@ -128,9 +128,9 @@ extension PairingMachine {
         let verdict = DisconnectClassifier.classify(e, weAskedForIt: ownDrop)
         switch slots[i].state {
         // (A `where` binds to the last pattern only: one case per state.)
-        case .connected(let link, _) where sleepTookLink(link, now) && verdict.mayBeSleep:
+        case .connected(let link, _) where sleepTookLink(i, link, now) && verdict.mayBeSleep:
             letGoForSleep(i, now, &actions)
-        case .discovering(let link, _) where sleepTookLink(link, now) && verdict.mayBeSleep:
+        case .discovering(let link, _) where sleepTookLink(i, link, now) && verdict.mayBeSleep:
             letGoForSleep(i, now, &actions)
         case .connected(let link, _), .discovering(let link, _):
             switch verdict {

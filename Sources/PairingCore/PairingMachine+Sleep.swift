@@ -7,9 +7,11 @@
 /// for controllers that lose their accept list over a sleep), paird's own `Connect()` when the
 /// head start runs out. `lastSleep` keeps when each one was back, for `pairctl status`.
 extension PairingMachine {
-    /// A link that goes down within this long after the resume, and came up before it (before the
-    /// sleep, or in the moment between PrepareForSleep and the freeze), went with the sleep: its
-    /// link-down can reach paird only once the host runs again.
+    /// A link that goes down within this long after the resume, came up before it (before the
+    /// sleep, or in the moment between PrepareForSleep and the freeze) and carried no data since,
+    /// went with the sleep: its link-down can reach paird only once the host runs again. (A link
+    /// the kernel made after it resumed, before logind's PrepareForSleep(false), has carried data
+    /// by the time it drops: a drop of it is a link loss. The bed's stand-in showed both.)
     static let resumeGrace: Duration = .seconds(30)
 
     mutating func hostSleeping(_ now: Moment, _ actions: inout [Action]) {
@@ -40,12 +42,13 @@ extension PairingMachine {
         actions.append(.updateAutoConnect(autoConnectUUIDs))
     }
 
-    /// The link went with the host's sleep: the host is asleep, or woke up less than
-    /// `resumeGrace` ago and the link predates the resume.
-    func sleepTookLink(_ link: Link, _ now: Moment) -> Bool {
+    /// The link of slot `i` went with the host's sleep: the host is asleep, or woke up less than
+    /// `resumeGrace` ago, and the link predates the resume and carried no data since.
+    func sleepTookLink(_ i: Int, _ link: Link, _ now: Moment) -> Bool {
         if host.asleep { return true }
         guard let s = host.lastSleep, let woke = s.resumedAt else { return false }
-        return link.upAt < woke && now.since(woke) < Self.resumeGrace
+        let aliveSince = slots[i].lastDataAt.map { $0 >= woke } ?? false
+        return link.upAt < woke && !aliveSince && now.since(woke) < Self.resumeGrace
     }
 
     /// Waits for it (the auto-connect, or paird's `Connect()` after the resume) with the reason

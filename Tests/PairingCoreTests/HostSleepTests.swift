@@ -96,6 +96,22 @@ struct HostSleepTests {
         #expect(h.fireNext().connects(ring) == 1)
     }
 
+    @Test("a link the kernel made after it resumed, before logind said so, that carried data and then drops: a link loss")
+    func madeBeforeTheSignalAlive() {
+        var h = two()
+        h.send(.hostSleeping)
+        h.advance(.seconds(30))
+        _ = h.linkComesUp(watch) // the kernel resumed and the auto-connect brought it back…
+        h.advance(.milliseconds(500))
+        h.send(.hostResumed)      // …before systemd-sleep ended and logind sent PrepareForSleep(false)
+        h.advance(.seconds(1))
+        h.send(.dataReceived(watch, characteristic: ServiceUUID.heartRateMeasurement))
+        h.advance(.seconds(3))
+        let out = h.send(.linkDown(watch, linkLoss)) // walked away
+        #expect(out.reports(.linkLost).map(\.device) == [watch])
+        #expect(h.machine.device(watch)?.lastDisconnect?.reason == "link-loss")
+    }
+
     @Test("a lost bond found at a drop during the sleep keeps its own path")
     func bondLostThroughSleep() {
         var h = two()

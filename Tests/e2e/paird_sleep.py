@@ -69,8 +69,10 @@ def main():
         what = "the strap away, back during the sleep" if away else "the strap connected"
         with step(f"sleep {k}/{SLEEPS} ({what}) → links let go first, inhibitor released; resumed → the strap back and notifying, no link loss"):
             if away:
+                lost0 = len(journal_entries(MSG_LINK_LOST))
                 w.cmd("walk-away")
                 p.wait_state("waitingForDevice", 30)
+                wait_for(lambda: len(journal_entries(MSG_LINK_LOST)) > lost0, 10, "the walk-away's 'link lost' entry")
             sleeping, resumed, asleep, lost = (len(journal_entries(m)) for m in (MSG_HOST_SLEEPING, MSG_HOST_RESUMED, MSG_HOST_ASLEEP, MSG_LINK_LOST))
             t0 = now()
             sh("systemctl suspend", timeout=30)
@@ -98,17 +100,6 @@ def main():
     log(f"resume → first notification: {came_back} of {SLEEPS} back; median {statistics.median(back):.2f} s, max {max(back):.2f} s "
         f"({', '.join(f'{x:.2f}' for x in back)})")
 
-    with step("for comparison, in the same run: a clean bluetoothd restart → the strap back and notifying"):
-        p.wait_state("connected", 30)
-        m = watch.count()
-        t = now()
-        sh("systemctl restart bluetooth.service", timeout=60)
-        wait_for(lambda: "adapterUnavailable" in watch.states(0)[-6:] or None, 30, "paird seeing bluetoothd go")
-        m = watch.count()
-        wait_for(lambda: notifies(watch, w.address, m) and bluetoothd_active(), 60, "a notification after the restart")
-        log(f"bluetoothd restart → first notification {now() - t:.2f} s (resume → first notification, median "
-            f"{statistics.median(back):.2f} s, in the same run)")
-
     with step("pairctl status shows the last sleep and the strap's return; the record leaves the sleeps out"):
         s = p.status()
         last = s["host"]["lastSleep"]
@@ -130,5 +121,16 @@ def main():
               and set(h["dropsByReason"]) <= {"host-asleep", "link-loss"},
               f"host-asleep drops {SLEEPS - walks}..{SLEEPS}, a link loss per walk away ({walks}), nothing else: {h['dropsByReason']}")
         check(h["leftOut"]["asleepSeconds"] >= SLEEP_S * SLEEPS, f"the sleeps left out of availability: {h['leftOut']}")
+
+    with step("for comparison, in the same run: a clean bluetoothd restart → the strap back and notifying"):
+        p.wait_state("connected", 30)
+        m = watch.count()
+        t = now()
+        sh("systemctl restart bluetooth.service", timeout=60)
+        wait_for(lambda: "adapterUnavailable" in watch.states(0)[-6:] or None, 30, "paird seeing bluetoothd go")
+        m = watch.count()
+        wait_for(lambda: notifies(watch, w.address, m) and bluetoothd_active(), 60, "a notification after the restart")
+        log(f"bluetoothd restart → first notification {now() - t:.2f} s (resume → first notification, median "
+            f"{statistics.median(back):.2f} s, in the same run)")
 
 main()
