@@ -1,0 +1,111 @@
+import Foundation
+import Testing
+import PairingCore
+
+/// The Prometheus textfile end to end: the real paird writes it as a wearable connects, drops
+/// and comes back; Debian's promtool (package prometheus, Tests/install-build-deps.sh) checks it
+/// and the shipped alert rules (Tests/install-build-deps.sh unpacks it; without it those checks
+/// are skipped and say so).
+@Suite("Metrics for Prometheus against a mocked BlueZ", .serialized)
+struct MetricsIntegrationTests {
+    let watch = MockedHost.watch
+    static let repo = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../..").standardized
+    /// Debian's, unpacked by Tests/install-build-deps.sh into .build/prometheus (else an installed one).
+    static func tool(_ name: String) -> String {
+        let unpacked = repo.appendingPathComponent(".build/prometheus/usr/bin/\(name)").path
+        return FileManager.default.isExecutableFile(atPath: unpacked) ? unpacked : "/usr/bin/\(name)"
+    }
+    static let promtool = tool("promtool")
+
+    func samples(_ path: String) -> [String: Double] {
+        var out: [String: Double] = [:]
+        let text = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+        for line in text.split(separator: "\n") where !line.hasPrefix("#") {
+            guard let sp = line.lastIndex(of: " ") else { continue }
+            out[String(line[..<sp])] = Double(line[line.index(after: sp)...])
+        }
+        return out
+    }
+
+    func pairWatch(_ host: MockedHost) throws {
+        try host.addDevice(watch)
+        let scans = host.adapterCalls("StartDiscovery")
+        let pairing = host.start(MockedHost.pairctlBin, ["pair", watch, "--timeout", "5"])
+        try host.advertise(watch, afterDiscoveries: scans)
+        try waitFor("paird to call Connect after pairing", deadline: 20) { host.calls("Connect") >= 1 }
+        try host.setDevice(watch, "'ServicesResolved': True")
+        try host.must(pairing.finish(), "pairctl pair")
+    }
+
+    @Test("[Metrics] Textfile: paird writes connected, the drop by reason and the reconnect; promtool accepts the file")
+    func textfile() throws {
+        let host = try MockedHost()
+        let prom = host.dir.appendingPathComponent("paird.prom").path
+        try "[Health]\nFirstDataTimeout = 0\n[Metrics]\nTextfile = \(prom)\nInterval = 1\n"
+            .write(toFile: host.dir.appendingPathComponent("paird.conf").path, atomically: true, encoding: .utf8)
+        try host.startPaird()
+        try waitFor("the textfile", deadline: 10) { FileManager.default.fileExists(atPath: prom) }
+        #expect(samples(prom)["paird_bluetoothd_crashes_total"] == 0)
+
+        try pairWatch(host)
+        let l = #"address="00:AA:01:01:00:01",name="Watch""#
+        try waitFor("connected 1 in the textfile", deadline: 10) { samples(prom)["paird_wearable_connected{\(l)}"] == 1 }
+
+        try host.setDevice(watch, "'Connected': False, 'ServicesResolved': False") // link loss
+        try waitFor("connected 0 and a link-loss drop", deadline: 10) {
+            let s = samples(prom)
+            return s["paird_wearable_connected{\(l)}"] == 0 && s["paird_wearable_drops_total{\(l),reason=\"link-loss\"}"] == 1
+        }
+        try host.setDevice(watch, "'Connected': True, 'ServicesResolved': True")   // back in range
+        try waitFor("connected again, one reconnect measured", deadline: 10) {
+            let s = samples(prom)
+            return s["paird_wearable_connected{\(l)}"] == 1 && s["paird_wearable_reconnect_seconds_count{\(l)}"] == 1
+        }
+        let s = samples(prom)
+        #expect(s["paird_wearable_drops_total{\(l),reason=\"user\"}"] == 0)
+        #expect(s["paird_wearable_notifications_total{\(l)}"] == 0, "the mock has no GATT: no notification")
+        let left = try FileManager.default.contentsOfDirectory(atPath: host.dir.path).filter { $0.hasSuffix(".tmp") }
+        #expect(left.isEmpty, "\(left)")
+
+        // Nothing changes: the file is not rewritten.
+        let before = try FileManager.default.attributesOfItem(atPath: prom)[.modificationDate] as? Date
+        Thread.sleep(forTimeInterval: 2.5)
+        #expect(try FileManager.default.attributesOfItem(atPath: prom)[.modificationDate] as? Date == before)
+
+        if FileManager.default.isExecutableFile(atPath: Self.promtool) {
+            let r = host.run("/bin/sh", ["-c", "\(Self.promtool) check metrics < '\(prom)'"])
+            #expect(r.status == 0, "promtool check metrics: \(r.out)\(r.err)\n\((try? String(contentsOfFile: prom, encoding: .utf8)) ?? "")")
+        }
+        try host.stopPaird()
+        #expect(samples(prom)["paird_wearable_connected{\(l)}"] == 1, "the file stays as last written when paird stops")
+    }
+
+    @Test("without [Metrics] Textfile paird writes no metrics")
+    func offByDefault() throws {
+        let host = try MockedHost()
+        try host.startPaird()
+        let files = try FileManager.default.contentsOfDirectory(atPath: host.dir.path)
+        #expect(!files.contains { $0.hasSuffix(".prom") || $0.hasSuffix(".prom.tmp") }, "\(files)")
+        #expect(!host.log().contains("metrics:"))
+    }
+
+    @Test("promtool check rules accepts the shipped alert rules, and its unit tests of them pass",
+          .enabled(if: FileManager.default.isExecutableFile(atPath: promtool), "needs promtool (Debian's prometheus, unpacked by Tests/install-build-deps.sh)"))
+    func alertRules() throws {
+        let dir = Self.repo.appendingPathComponent("etc/prometheus")
+        for args in [["check", "rules", "paird-alerts.yml"], ["test", "rules", "paird-alerts.test.yml"]] {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: Self.promtool)
+            p.arguments = args
+            p.currentDirectoryURL = dir
+            let out = Pipe()
+            p.standardOutput = out
+            p.standardError = out
+            try p.run()
+            let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            p.waitUntilExit()
+            #expect(p.terminationStatus == 0, "promtool \(args.joined(separator: " ")): \(text)")
+            #expect(text.contains("SUCCESS"), "\(text)")
+        }
+    }
+}
