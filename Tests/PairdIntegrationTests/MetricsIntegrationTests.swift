@@ -89,6 +89,43 @@ struct MetricsIntegrationTests {
         #expect(!host.log().contains("metrics:"))
     }
 
+    @Test("the shipped Grafana dashboard: JSON, its queries parse (promtool, as recording rules) and name only paird's metrics",
+          .enabled(if: FileManager.default.isExecutableFile(atPath: promtool), "needs promtool (Debian's prometheus, unpacked by Tests/install-build-deps.sh)"))
+    func dashboard() throws {
+        let data = try Data(contentsOf: Self.repo.appendingPathComponent("etc/grafana/paird-dashboard.json"))
+        let doc = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
+        let panels = try #require(doc["panels"] as? [[String: Any]])
+        let exprs = panels.flatMap { ($0["targets"] as? [[String: Any]] ?? []).compactMap { $0["expr"] as? String } }
+        #expect(exprs.count >= 8)
+        let known: Set = ["paird_wearable_connected", "paird_wearable_drops_total", "paird_wearable_reconnect_seconds_bucket",
+                          "paird_wearable_last_data_timestamp_seconds", "paird_wearable_battery_percent",
+                          "paird_wearable_notifications_total", "paird_bluetoothd_crashes_total"]
+        let names = try Regex(#"paird_[a-z_]+"#)
+        for e in exprs {
+            for m in e.matches(of: names) { #expect(known.contains(String(e[m.range])), "\(e)") }
+        }
+        // Grafana's variables replaced as Grafana would; each expression a recording rule.
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("paird-dash-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        var yaml = "groups:\n  - name: dashboard\n    rules:\n"
+        for (i, e) in exprs.enumerated() {
+            let q = e.replacingOccurrences(of: "$__range", with: "1d").replacingOccurrences(of: "$instance", with: ".*")
+            yaml += "      - record: paird:dashboard\(i)\n        expr: '\(q.replacingOccurrences(of: "'", with: "''"))'\n"
+        }
+        try yaml.write(to: dir.appendingPathComponent("dash.yml"), atomically: true, encoding: .utf8)
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: Self.promtool)
+        p.arguments = ["check", "rules", dir.appendingPathComponent("dash.yml").path]
+        let out = Pipe()
+        p.standardOutput = out
+        p.standardError = out
+        try p.run()
+        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        #expect(p.terminationStatus == 0, "\(text)\n\(yaml)")
+    }
+
     @Test("promtool check rules accepts the shipped alert rules, and its unit tests of them pass",
           .enabled(if: FileManager.default.isExecutableFile(atPath: promtool), "needs promtool (Debian's prometheus, unpacked by Tests/install-build-deps.sh)"))
     func alertRules() throws {
