@@ -80,6 +80,69 @@ struct MetricsIntegrationTests {
         #expect(samples(prom)["paird_wearable_connected{\(l)}"] == 1, "the file stays as last written when paird stops")
     }
 
+    /// A TCP port free on loopback now (bound to 0, read, closed).
+    static func freePort() -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var a = sockaddr_in()
+        a.sin_family = sa_family_t(AF_INET)
+        a.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } }
+        _ = withUnsafeMutablePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
+        return Int(UInt16(bigEndian: a.sin_port))
+    }
+
+    @Test("a real node_exporter reads paird's textfile and a real Prometheus scrapes it: PromQL answers connected and drops by reason",
+          .enabled(if: FileManager.default.isExecutableFile(atPath: tool("prometheus")) && FileManager.default.isExecutableFile(atPath: tool("prometheus-node-exporter")),
+                   "needs Debian's prometheus and prometheus-node-exporter (unpacked by Tests/install-build-deps.sh)"))
+    func scrapedByPrometheus() throws {
+        let host = try MockedHost()
+        let textDir = host.dir.appendingPathComponent("textfile")
+        try FileManager.default.createDirectory(at: textDir, withIntermediateDirectories: true)
+        try "[Health]\nFirstDataTimeout = 0\n[Metrics]\nTextfile = \(textDir.path)/paird.prom\nInterval = 1\n"
+            .write(toFile: host.dir.appendingPathComponent("paird.conf").path, atomically: true, encoding: .utf8)
+        try host.startPaird()
+        try pairWatch(host)
+        try waitFor("connected", deadline: 10) { host.state() == "connected" }
+        try host.setDevice(watch, "'Connected': False, 'ServicesResolved': False")
+        try waitFor("waitingForDevice", deadline: 10) { host.state() == "waitingForDevice" }
+        try host.setDevice(watch, "'Connected': True, 'ServicesResolved': True")
+        try waitFor("connected again", deadline: 10) { host.state() == "connected" }
+
+        // Loopback only, free ports, everything under the host's directory; killed by MockedHost.
+        let (nodePort, promPort) = (Self.freePort(), Self.freePort())
+        let exporter = host.start(Self.tool("prometheus-node-exporter"), [
+            "--web.listen-address=127.0.0.1:\(nodePort)", "--collector.disable-defaults", "--collector.textfile",
+            "--collector.textfile.directory=\(textDir.path)"], timeout: 120)
+        defer { kill(exporter.process.processIdentifier, SIGKILL) }
+        let config = host.dir.appendingPathComponent("prometheus.yml")
+        try "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: node\n    static_configs:\n      - targets: ['127.0.0.1:\(nodePort)']\n"
+            .write(to: config, atomically: true, encoding: .utf8)
+        let prometheus = host.start(Self.tool("prometheus"), [
+            "--config.file=\(config.path)", "--storage.tsdb.path=\(host.dir.appendingPathComponent("tsdb").path)",
+            "--web.listen-address=127.0.0.1:\(promPort)"], timeout: 120)
+        defer { kill(prometheus.process.processIdentifier, SIGKILL) }
+
+        func query(_ q: String) -> String {
+            host.run("/usr/bin/python3", ["-c", """
+                import sys, urllib.parse, urllib.request
+                url = 'http://127.0.0.1:\(promPort)/api/v1/query?' + urllib.parse.urlencode({'query': sys.argv[1]})
+                print(urllib.request.urlopen(url, timeout=5).read().decode())
+                """, q], timeout: 10).out
+        }
+        var connected = ""
+        try waitFor("Prometheus answering paird_wearable_connected", deadline: 30) {
+            connected = query("paird_wearable_connected")
+            return connected.contains(#""address":"00:AA:01:01:00:01""#)
+        }
+        #expect(connected.contains(#""name":"Watch""#), "\(connected)")
+        #expect(connected.contains(#""1"]"#), "connected: \(connected)")
+        let drops = query("sum by (reason) (paird_wearable_drops_total) > 0")
+        #expect(drops.contains(#"{"reason":"link-loss"},"value":["#) && drops.contains(#""1"]"#), "\(drops)")
+        #expect(query("node_textfile_scrape_error").contains(#""0"]"#), "node_exporter read the file without error")
+    }
+
     @Test("without [Metrics] Textfile paird writes no metrics")
     func offByDefault() throws {
         let host = try MockedHost()
