@@ -134,8 +134,11 @@ public final class WearableMetrics {
         if changed { onChange() }
     }
 
-    /// A notification from the wearable at `at` (unix time). Battery Level's is no data.
+    /// A notification from the wearable at `at` (unix time). Battery Level's is no data. Only
+    /// for a wearable known here (seeded, or in the record): a late one of a wearable just
+    /// unpaired makes no series.
     public func notification(_ address: String, name: String, characteristic: String, at: Double) {
+        guard values[address] != nil else { return }
         touch(address, name: name)
         values[address]!.notifications += 1
         series[address]!.notifications.increment()
@@ -147,6 +150,7 @@ public final class WearableMetrics {
     }
 
     public func battery(_ address: String, name: String, level: Int) {
+        guard values[address] != nil else { return }
         touch(address, name: name)
         guard values[address]!.battery != level else { return }
         values[address]!.battery = level
