@@ -29,7 +29,7 @@ public final class WearableMetrics {
 
     static let help: [String: String] = [
         Name.connected: "1 while the wearable is connected and set up, else 0.",
-        Name.drops: "Connected intervals that ended, by reason (link-loss, user, bluetoothd-crash, bluetoothd-gone, adapter-gone, bond-lost).",
+        Name.drops: "Connected intervals that ended, by reason (link-loss, user, bluetoothd-crash, bluetoothd-gone, adapter-gone, bond-lost, host-asleep).",
         Name.reconnect: "Seconds from the start of the attempt that made the link to connected, for each reconnect after a drop.",
         Name.lastData: "Unix time of the last notification of a subscribed characteristic other than Battery Level.",
         Name.battery: "The last Battery Level read or notified, percent.",
@@ -46,6 +46,7 @@ public final class WearableMetrics {
     public static let dropReasons = [
         HistoryRecord.Reason.linkLoss, HistoryRecord.Reason.user, HistoryRecord.Reason.bluetoothdCrash,
         HistoryRecord.Reason.bluetoothdGone, HistoryRecord.Reason.adapterGone, HistoryRecord.Reason.bondLost,
+        HistoryRecord.Reason.hostAsleep,
     ]
 
     public let registry = PrometheusCollectorRegistry()
