@@ -138,6 +138,9 @@ deb: deps release dist-docs
 	  ! grep -q '^E:' .build/deb/lintian.txt
 	@ls -l .build/deb/*.deb
 
+# Examples for the metrics (docs/reference.md, "Metrics for Prometheus"): share/doc/paird/examples.
+EXAMPLES      = etc/prometheus/paird-alerts.yml etc/prometheus/paird-alerts.test.yml etc/grafana/paird-dashboard.json
+
 ## install: what `make release` built, and nothing else (no apt-get, no build on the target):
 ## binaries stripped, unit, config (kept if present), D-Bus policy, README; the `paird` user.
 install:
@@ -150,6 +153,7 @@ install:
 	install -D -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/paird/README.md
 	install -D -m 0644 docs/reference.md $(DESTDIR)$(PREFIX)/share/doc/paird/reference.md
 	install -D -m 0644 LICENSE $(DESTDIR)$(PREFIX)/share/doc/paird/LICENSE
+	install -D -m 0644 -t $(DESTDIR)$(PREFIX)/share/doc/paird/examples $(EXAMPLES)
 	test -e $(DESTDIR)$(SYSCONFDIR)/paird/paird.conf || \
 	  install -D -m 0644 etc/paird/paird.conf $(DESTDIR)$(SYSCONFDIR)/paird/paird.conf
 	install -D -m 0644 etc/dbus-1/system.d/org.paird1.conf \
@@ -166,8 +170,9 @@ uninstall:
 	-[ -z "$(DESTDIR)" ] && systemctl disable --now paird 2>/dev/null; true
 	rm -f $(DESTDIR)$(PREFIX)/sbin/paird $(DESTDIR)$(PREFIX)/bin/pairctl $(DESTDIR)$(UNITDIR)/paird.service \
 	  $(DESTDIR)$(PREFIX)/share/doc/paird/README.md $(DESTDIR)$(PREFIX)/share/doc/paird/LICENSE \
-	  $(DESTDIR)$(PREFIX)/share/doc/paird/reference.md $(DESTDIR)/usr/share/dbus-1/system.d/org.paird1.conf
-	-rmdir $(DESTDIR)$(PREFIX)/share/doc/paird 2>/dev/null; true
+	  $(DESTDIR)$(PREFIX)/share/doc/paird/reference.md $(DESTDIR)/usr/share/dbus-1/system.d/org.paird1.conf \
+	  $(addprefix $(DESTDIR)$(PREFIX)/share/doc/paird/examples/,$(notdir $(EXAMPLES)))
+	-rmdir $(DESTDIR)$(PREFIX)/share/doc/paird/examples $(DESTDIR)$(PREFIX)/share/doc/paird 2>/dev/null; true
 	-[ -z "$(DESTDIR)" ] && systemctl daemon-reload 2>/dev/null; true
 	-[ -z "$(DESTDIR)" ] && systemctl reload dbus 2>/dev/null; true
 

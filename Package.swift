@@ -8,7 +8,8 @@
 //   DBus              thin safe layer over libdbus-1, driven by EventLoop
 //   BlueZ             typed BlueZ client over DBus (object-manager cache, Device1, GATT, Agent1, ...)
 //   CBuildInfo, BuildInfo  the build's version string (PAIRD_VERSION from the Makefile)
-//   Paird             the runtime: executes PairingCore's actions, state file, sd_notify, journald, API
+//   Paird             the runtime: executes PairingCore's actions, state file, sd_notify, journald, API,
+//                     the Prometheus textfile (swift-prometheus)
 //   paird, pairctl    thin executables
 import PackageDescription
 
@@ -29,6 +30,8 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        // The Prometheus text exposition of `[Metrics] Textfile` (PrometheusCollectorRegistry).
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
     ],
     targets: [
         .systemLibrary(name: "CDBus", pkgConfig: "dbus-1", providers: [.apt(["libdbus-1-dev"])]),
@@ -40,7 +43,9 @@ let package = Package(
         .target(name: "EventLoop"),
         .target(name: "DBus", dependencies: ["CDBus", "EventLoop"]),
         .target(name: "BlueZ", dependencies: ["DBus", "EventLoop", "PairingCore"]),
-        .target(name: "Paird", dependencies: ["PairingCore", "EventLoop", "DBus", "BlueZ", "CSystemd", "BuildInfo"]),
+        .target(name: "Paird", dependencies: [
+            "PairingCore", "EventLoop", "DBus", "BlueZ", "CSystemd", "BuildInfo", .product(name: "Prometheus", package: "swift-prometheus"),
+        ]),
         .executableTarget(name: "paird", dependencies: [
             "Paird", "PairingCore", "BuildInfo", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),

@@ -11,6 +11,26 @@ PKGS=(
   systemd                                   # systemd-analyze for the unit's security score
   dpkg-dev debhelper lintian binutils        # `make deb`: dpkg-buildpackage, dh, lintian, strip
 )
+SUDO=; [[ $(id -u) == 0 ]] || SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+
+# promtool, prometheus and node_exporter for the metrics tests (Tests/PairdIntegrationTests/
+# MetricsIntegrationTests.swift): Debian's packages prometheus and prometheus-node-exporter,
+# downloaded and unpacked into .build/prometheus, not installed (installing them would start a
+# Prometheus server and node_exporter as services on this host). About 25 MB, a few seconds.
+PROM_DIR="$(cd "$(dirname "$0")/.." && pwd)/.build/prometheus"
+if [[ ! -x $PROM_DIR/usr/bin/promtool || ! -x $PROM_DIR/usr/bin/prometheus-node-exporter ]]; then
+  echo "install-build-deps: unpacking Debian's prometheus and prometheus-node-exporter into $PROM_DIR"
+  tmp=$(mktemp -d)
+  if ! (cd "$tmp" && apt-get download prometheus prometheus-node-exporter 2>/dev/null); then
+    $SUDO apt-get update -q
+    (cd "$tmp" && apt-get download prometheus prometheus-node-exporter 2>/dev/null)
+  fi
+  mkdir -p "$PROM_DIR"
+  for d in "$tmp"/*.deb; do dpkg-deb -x "$d" "$PROM_DIR"; done
+  rm -rf "$tmp"
+fi
+
 missing=()
 for p in "${PKGS[@]}"; do
   st=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
@@ -21,7 +41,5 @@ if ((${#missing[@]} == 0)); then
   exit 0
 fi
 echo "install-build-deps: installing ${missing[*]}"
-SUDO=; [[ $(id -u) == 0 ]] || SUDO=sudo
-export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

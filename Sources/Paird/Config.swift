@@ -4,6 +4,9 @@ import FoundationEssentials
 import Foundation
 #endif
 import PairingCore
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// paird.conf: `[Section]` headers and `Key = value` lines, `#` comments, in the style of
 /// BlueZ's main.conf. Unknown keys are warned about; bad values are refused with file, line and
@@ -22,6 +25,12 @@ public struct DaemonConfig: Sendable, Equatable {
     public static let defaultFirstDataTimeout = Duration.seconds(5)
     /// `[History] MaxAgeDays`, `MaxRecords`: the availability record's cap (`HistoryStore.Cap`).
     public var history = HistoryStore.Cap()
+    /// `[Metrics] Textfile`: the Prometheus textfile paird writes for node_exporter's textfile
+    /// collector (an absolute path ending in `.prom`); empty, the default: no metrics written.
+    public var metricsTextfile = ""
+    /// `[Metrics] Interval`: the least time between two writes of the textfile.
+    public var metricsInterval: Duration = Self.defaultMetricsInterval
+    public static let defaultMetricsInterval = Duration.seconds(15)
 
     public init() {
         machine.firstDataTimeout = firstDataTimeout
@@ -128,6 +137,18 @@ public struct DaemonConfig: Sendable, Equatable {
             case ("History", "MaxRecords"):
                 guard let v = Int(value), (100...10_000_000).contains(v) else { throw fail("MaxRecords must be a whole number in 100…10000000, got \"\(value)\"") }
                 c.history.maxRecords = v
+            case ("Metrics", "Textfile"):
+                if !value.isEmpty {
+                    guard value.hasPrefix("/") else { throw fail("Textfile must be an absolute path, got \"\(value)\"") }
+                    guard value.hasSuffix(".prom"), !value.hasSuffix("/.prom") else {
+                        throw fail("Textfile must end in .prom (node_exporter's textfile collector reads only those), got \"\(value)\"")
+                    }
+                    guard !value.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
+                        throw fail("Textfile must not contain control characters")
+                    }
+                }
+                c.metricsTextfile = value
+            case ("Metrics", "Interval"): c.metricsInterval = try seconds(1...3600)
             default:
                 warnings.append("\(file):\(lineNo): unknown key \(key) in [\(section)], ignored")
             }
@@ -152,6 +173,7 @@ public struct DaemonConfig: Sendable, Equatable {
         "Notifications": ["Subscribe", "Battery"],
         "Health": ["FirstDataTimeout", "SilencePeriods", "SilenceMinimum", "ProbeTimeout", "ResubscribesPerLink"],
         "History": ["MaxAgeDays", "MaxRecords"],
+        "Metrics": ["Textfile", "Interval"],
     ]
 
     /// Reads `path`. A missing file means all defaults, unless `mustExist` (paird's `--config`
@@ -183,7 +205,15 @@ public struct DaemonConfig: Sendable, Equatable {
         guard let text = String(validating: bytes, as: UTF8.self) else {
             return Checked(fileExists: true, config: DaemonConfig(), warnings: [], errors: [Error(file: path, line: 0, reason: "not UTF-8 text")])
         }
-        let (c, warnings, errors) = parseAll(text, file: path)
+        var (c, warnings, errors) = parseAll(text, file: path)
+        if !c.metricsTextfile.isEmpty {
+            // Not an error: node_exporter may be installed later. paird logs each failed write.
+            let dir = HistoryStore.directory(of: c.metricsTextfile)
+            var st = stat()
+            if stat(dir, &st) != 0 || (st.st_mode & S_IFMT) != S_IFDIR {
+                warnings.append("\(path): [Metrics] Textfile: no directory \(dir) (is prometheus-node-exporter installed?); paird writes no metrics until it exists")
+            }
+        }
         return Checked(fileExists: true, config: c, warnings: warnings, errors: errors)
     }
 }

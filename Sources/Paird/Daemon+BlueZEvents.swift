@@ -45,11 +45,14 @@ extension Daemon {
         case .notification(let a, let characteristic, let value):
             try? bus.emitSignal(path: PairdAPI.objectPath, interface: PairdAPI.interface, member: "Notification",
                                 args: [.string(a.description), .string(characteristic), .bytes(value)])
+            metrics?.model.notification(a.description, name: machine.device(a)?.identity.name ?? "", characteristic: characteristic,
+                                        at: Daemon.now().unixTime)
             // Battery Level notifies on change: it is no sign of the data flow's health.
             if characteristic != ServiceUUID.batteryLevel { feed(.dataReceived(a, characteristic: characteristic)) }
         case .subscriptionEnded(let a, let characteristic):
             feed(.subscriptionEnded(a, characteristic: characteristic))
         case .battery(let a, let level):
+            metrics?.model.battery(a.description, name: machine.device(a)?.identity.name ?? "", level: Int(level))
             guard battery[a] != level else { return }
             battery[a] = level
             record(.battery(a, level: level), now: Daemon.now())
@@ -64,6 +67,7 @@ extension Daemon {
         case .addressChanged(let old, let new, let type):
             log.info("\(old) is \(new) (\(type.rawValue)): its private address resolved to its identity")
             if battery[old] != nil { battery[new] = battery.removeValue(forKey: old) }
+            metrics?.model.addressChanged(old.description, to: new.description)
             feed(.addressChanged(old, to: new, type))
         case .characteristicsMissing(let a, let uuids):
             feed(.characteristicsMissing(a, uuids))

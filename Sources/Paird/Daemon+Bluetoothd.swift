@@ -66,6 +66,7 @@ extension Daemon {
 
     /// The journal entry for a `BluetoothdReport` (wording: `BluetoothdJournal`).
     func report(_ r: BluetoothdReport) {
+        if case .crashed = r { metrics?.model.bluetoothdVerdict(crashed: true) } else { metrics?.model.bluetoothdVerdict(crashed: false) }
         let entry = BluetoothdJournal(r)
         log.log(entry.priority, entry.message, id: entry.messageID, fieldList: entry.fields)
     }

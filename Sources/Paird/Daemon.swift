@@ -65,6 +65,8 @@ public final class Daemon {
     var sleepInhibitorError: String?
     /// The Disconnect() calls made for the coming sleep that BlueZ has not answered yet.
     var sleepDisconnects: Set<DeviceAddress> = []
+    /// The Prometheus textfile (`[Metrics] Textfile`); nil when off (the default).
+    var metrics: MetricsExporter?
 
     public init(options: Options, log: Log) throws {
         self.log = log
@@ -109,6 +111,7 @@ public final class Daemon {
     /// is applied on a thread of its own (`HistoryStore.compactInBackground`), never on the loop.
     func record(_ input: HistoryRecorder.Input, now: Moment) {
         let records = recorder.handle(input, now: now)
+        metrics?.model.take(records)
         guard let history, !records.isEmpty else { return }
         do {
             try history.append(records)
@@ -129,6 +132,25 @@ public final class Daemon {
                 }
             }
         }
+    }
+
+    /// Starts the Prometheus textfile when `[Metrics] Textfile` is set (Metrics.swift): every
+    /// wearable paird manages, not connected until its record says so. Also only once paird owns
+    /// its bus name.
+    func openMetrics() {
+        guard !config.metricsTextfile.isEmpty else { return }
+        let m = MetricsExporter(path: config.metricsTextfile, interval: config.metricsInterval, loop: loop)
+        m.log = { [unowned self] error in
+            if let error {
+                log.error("could not write the metrics textfile: \(error); tried again at the next change")
+            } else {
+                log.info("metrics textfile \(config.metricsTextfile) written again")
+            }
+        }
+        for (a, d) in machine.devices.sorted(by: { $0.key.description < $1.key.description }) { m.model.seed(a.description, name: d.identity.name) }
+        metrics = m
+        m.writeNow()
+        log.info("metrics: writing \(config.metricsTextfile) on change, at most every \(config.metricsInterval.seconds) s")
     }
 
     /// An `alive` line when nothing was written for an hour: after a crash of paird, the time
@@ -176,6 +198,7 @@ public final class Daemon {
             throw DBusError(name: DBusError.Name.failed, message: "\(PairdAPI.busName) is already owned: is another paird running?")
         }
         openHistory()
+        openMetrics()
 
         bluez = BlueZClient(connection: bus, adapter: config.adapter)
         bluez.onEvent = { [unowned self] event in handle(event) }
@@ -212,6 +235,7 @@ public final class Daemon {
         log.info("\(why): stopping")
         SystemdNotifier.notify("STOPPING=1\nSTATUS=Shutting down")
         record(.pairdStopping, now: Daemon.now())
+        if metrics?.writePending == true { metrics?.writeNow() }
         loop.stop()
     }
 
