@@ -6,7 +6,9 @@ import Glibc
 #endif
 
 /// Proves the two system-library targets link and answer, without a bus or systemd.
-@Suite struct CModulesTests {
+/// Serialized: two tests set and unset NOTIFY_SOCKET, which the whole process shares (run side by
+/// side they raced: the no-op test saw the other's socket, -2, in a run after the metrics merge).
+@Suite(.serialized) struct CModulesTests {
     @Test func libdbusLinksAndReportsItsVersion() {
         let version = CDBus_linked_version()
         #expect(version >= 1_12_00, "libdbus \(version) is older than Debian 12's 1.14")
