@@ -5,8 +5,11 @@ kernel's Bluetooth suspend path real. `systemctl suspend` → logind sends Prepa
 and waits for paird's delay inhibitor → paird lets the strap's link go (host-asleep) and
 releases it → systemd-suspend.service → resume → PrepareForSleep(false) → the strap back,
 connected and notifying, without a command; nothing counted against it; status shows the sleep
-and the return. BED_X_SLEEPS sleeps (default 3); every third one with the strap away when the host
-goes to sleep (it comes back during the sleep). Printed: resume → first notification, per sleep,
+and the return. BED_X_SLEEPS sleeps (default 2); the second of every three with the strap away when the
+host goes to sleep (it comes back during the sleep). Then issue 33's metrics on the bed's values:
+paird writes its Prometheus textfile ([Metrics] Textfile), a real node_exporter reads it and a
+real Prometheus scrapes it (Debian's packages, unpacked by Tests/install-build-deps.sh), and
+PromQL answers what `pairctl status` and `pairctl history` say. Printed: resume → first notification, per sleep,
 median and max, and how many came back.
 
 The bed's stand-in for the sleep itself: systemd-suspend.service's ExecStart (systemd-sleep,
@@ -19,10 +22,13 @@ wakealarm; the VM hung until the host's deadline)."""
 import json
 import os
 import statistics
+import subprocess
+import urllib.parse
+import urllib.request
 
 from bedlib import *
 
-SLEEPS = int(os.environ.get("BED_X_SLEEPS", "3"))
+SLEEPS = int(os.environ.get("BED_X_SLEEPS", "2"))
 SLEEP_S = int(os.environ.get("BED_X_SLEEP_S", "6"))
 HR = "00002a37-0000-1000-8000-00805f9b34fb"
 MSG_HOST_SLEEPING = "5b8e2f4c1a3d4e6f9b0c7d2e8f1a4b63"
@@ -30,6 +36,8 @@ MSG_HOST_RESUMED = "8d4c2b1a0f9e4d3c8b7a6f5e4d3c2b1a"
 MSG_HOST_ASLEEP = "3c1e5b0a9d7f4e2b8a6c4d1f0e9b7a52"
 MSG_LINK_LOST = "5c5a55419d41426389004542fbd35400"
 FORCE = "/sys/kernel/debug/bluetooth/hci0/force_suspend"
+TEXTDIR = "/var/lib/prometheus/node-exporter"
+PROM = os.path.join(REPO, ".build/prometheus/usr/bin")
 
 
 def inhibitors():
@@ -41,6 +49,14 @@ def inhibitors():
         return []
 
 
+def promql(q):
+    url = "http://127.0.0.1:9090/api/v1/query?" + urllib.parse.urlencode({"query": q})
+    try:
+        return json.loads(urllib.request.urlopen(url, timeout=5).read())["data"]["result"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def notifies(watch, address, since=0):
     return [l for l in watch.lines()[since:] if len(l.split()) > 3 and l.split()[1:3] == [address, "notify"] and l.split()[3] == HR]
 
@@ -48,7 +64,15 @@ def notifies(watch, address, since=0):
 @scenario
 def main():
     w = Wearable.start(name="Pulse-1", battery=87)
-    p = Paird(mode="systemd")
+    # The metrics textfile in node_exporter's directory (Debian's), writable by paird (the unit
+    # allows it: ReadWritePaths=-/var/lib/prometheus/node-exporter).
+    sh(f"mkdir -p {TEXTDIR} && chown paird:paird {TEXTDIR}" if subprocess.run(["id", "paird"], capture_output=True).returncode == 0
+       else f"mkdir -p {TEXTDIR}")
+    os.makedirs("/etc/paird", exist_ok=True)
+    with open("/etc/paird/bed.conf", "w") as f:
+        f.write(f"[Metrics]\nTextfile = {TEXTDIR}/paird.prom\nInterval = 1\n")
+    p = Paird(mode="systemd", config="/etc/paird/bed.conf")
+    sh(f"chown paird:paird {TEXTDIR}")
     with step("paird up under systemd; the strap paired, connected and notifying; paird holds a delay inhibitor for sleep"):
         p.start()
         pair_wearable(p)
@@ -65,7 +89,7 @@ def main():
 
     back, came_back = [], 0
     for k in range(1, SLEEPS + 1):
-        away = k % 3 == 0
+        away = k % 3 == 2
         what = "the strap away, back during the sleep" if away else "the strap connected"
         with step(f"sleep {k}/{SLEEPS} ({what}) → links let go first, inhibitor released; resumed → the strap back and notifying, no link loss"):
             if away:
@@ -113,7 +137,7 @@ def main():
         check(rc == 0, f"pairctl history --json: exit {rc}")
         h = next(d for d in json.loads(out)["devices"] if d["address"] == w.address)
         log(f"history: availability {h['availabilityPercent']}%, drops {h['dropsByReason']}, left out {h['leftOut']}")
-        walks = SLEEPS // 3
+        walks = (SLEEPS + 1) // 3
         # A host-asleep drop per sleep it was connected at; with the strap away, one more if it came
         # back and linked before the kernel's suspend ended the link (the guest's CPUs run on).
         asleep_drops = h["dropsByReason"].get("host-asleep", 0)
@@ -121,6 +145,29 @@ def main():
               and set(h["dropsByReason"]) <= {"host-asleep", "link-loss"},
               f"host-asleep drops {SLEEPS - walks}..{SLEEPS}, a link loss per walk away ({walks}), nothing else: {h['dropsByReason']}")
         check(h["leftOut"]["asleepSeconds"] >= SLEEP_S * SLEEPS, f"the sleeps left out of availability: {h['leftOut']}")
+
+    with step("metrics: a real node_exporter reads paird's textfile, a real Prometheus scrapes it; PromQL answers the bed's values"):
+        check(os.access(f"{PROM}/prometheus", os.X_OK), f"{PROM}/prometheus (Tests/install-build-deps.sh unpacks it)")
+        wait_for(lambda: os.path.exists(f"{TEXTDIR}/paird.prom"), 10, "paird's textfile")
+        ne = subprocess.Popen([f"{PROM}/prometheus-node-exporter", "--web.listen-address=127.0.0.1:9100", "--collector.disable-defaults",
+                               "--collector.textfile", f"--collector.textfile.directory={TEXTDIR}"],
+                              stdout=open(os.path.join(OUT, "node-exporter.log"), "w"), stderr=subprocess.STDOUT)
+        at_exit(lambda: ne.poll() is None and ne.kill())
+        with open("/tmp/prometheus.yml", "w") as f:
+            f.write("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: node\n"
+                    "    static_configs:\n      - targets: ['127.0.0.1:9100']\n")
+        pr = subprocess.Popen([f"{PROM}/prometheus", "--config.file=/tmp/prometheus.yml", "--storage.tsdb.path=/tmp/tsdb",
+                               "--web.listen-address=127.0.0.1:9090"],
+                              stdout=open(os.path.join(OUT, "prometheus.log"), "w"), stderr=subprocess.STDOUT)
+        at_exit(lambda: pr.poll() is None and pr.kill())
+        up = wait_for(lambda: promql(f'paird_wearable_connected{{address="{w.address}"}}'), 60,
+                      "Prometheus answering paird_wearable_connected for the strap")
+        check(up[0]["value"][1] == "1" and up[0]["metric"].get("name") == "Pulse-1", f"connected 1, named: {up}")
+        drops = wait_for(lambda: promql(f'sum by (reason) (paird_wearable_drops_total{{address="{w.address}"}})'), 30,
+                         "Prometheus answering drops by reason")
+        by_reason = {r["metric"]["reason"]: int(float(r["value"][1])) for r in drops if float(r["value"][1]) > 0}
+        log(f"PromQL: connected {up[0]['value'][1]}, drops by reason {by_reason}; pairctl history: {h['dropsByReason']}")
+        check(by_reason == h["dropsByReason"], f"drops by reason as pairctl history counts them: {by_reason} vs {h['dropsByReason']}")
 
     with step("for comparison, in the same run: a clean bluetoothd restart → the strap back and notifying"):
         p.wait_state("connected", 30)
