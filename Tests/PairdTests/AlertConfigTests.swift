@@ -1,3 +1,4 @@
+import Foundation
 import Testing
 @testable import Paird
 import PairingCore
@@ -62,5 +63,16 @@ struct AlertConfigTests {
                         "PAIRD_REASON": "", "PAIRD_DURATION": "", "PAIRD_THRESHOLD": "15", "PAIRD_TIME": "1800000000"])
         let ids = [Log.MessageID.alertBatteryLow, Log.MessageID.alertAway, Log.MessageID.alertNoData, Log.MessageID.dispatcherScript]
         #expect(Set(ids).count == 4 && ids.allSatisfy { $0.count == 32 })
+    }
+
+    @Test("the catalog and docs/reference.md explain the alerts' MESSAGE_IDs")
+    func catalog() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../..")
+        let catalog = try String(contentsOf: root.appendingPathComponent("systemd/paird.catalog"), encoding: .utf8)
+        let reference = try String(contentsOf: root.appendingPathComponent("docs/reference.md"), encoding: .utf8)
+        for id in [Log.MessageID.alertBatteryLow, Log.MessageID.alertAway, Log.MessageID.alertNoData, Log.MessageID.dispatcherScript] {
+            #expect(catalog.contains("-- \(id)\n"), "\(id) not in systemd/paird.catalog")
+            #expect(reference.contains(id), "\(id) not in docs/reference.md")
+        }
     }
 }
