@@ -156,6 +156,7 @@ install:
 	install -D -m 0644 -t $(DESTDIR)$(PREFIX)/share/doc/paird/examples $(EXAMPLES)
 	test -e $(DESTDIR)$(SYSCONFDIR)/paird/paird.conf || \
 	  install -D -m 0644 etc/paird/paird.conf $(DESTDIR)$(SYSCONFDIR)/paird/paird.conf
+	install -D -m 0644 -t $(DESTDIR)$(SYSCONFDIR)/paird/dispatcher.d etc/paird/dispatcher.d/README etc/paird/dispatcher.d/50-logger.example
 	install -D -m 0644 etc/dbus-1/system.d/org.paird1.conf \
 	  $(DESTDIR)/usr/share/dbus-1/system.d/org.paird1.conf
 	[ -n "$(DESTDIR)" ] || getent passwd paird >/dev/null || useradd --system --no-create-home --home-dir /var/lib/paird --shell /usr/sbin/nologin --user-group paird
@@ -171,7 +172,9 @@ uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/sbin/paird $(DESTDIR)$(PREFIX)/bin/pairctl $(DESTDIR)$(UNITDIR)/paird.service \
 	  $(DESTDIR)$(PREFIX)/share/doc/paird/README.md $(DESTDIR)$(PREFIX)/share/doc/paird/LICENSE \
 	  $(DESTDIR)$(PREFIX)/share/doc/paird/reference.md $(DESTDIR)/usr/share/dbus-1/system.d/org.paird1.conf \
-	  $(addprefix $(DESTDIR)$(PREFIX)/share/doc/paird/examples/,$(notdir $(EXAMPLES)))
+	  $(addprefix $(DESTDIR)$(PREFIX)/share/doc/paird/examples/,$(notdir $(EXAMPLES))) \
+	  $(DESTDIR)$(SYSCONFDIR)/paird/dispatcher.d/README $(DESTDIR)$(SYSCONFDIR)/paird/dispatcher.d/50-logger.example
+	-rmdir $(DESTDIR)$(SYSCONFDIR)/paird/dispatcher.d 2>/dev/null; true
 	-rmdir $(DESTDIR)$(PREFIX)/share/doc/paird/examples $(DESTDIR)$(PREFIX)/share/doc/paird 2>/dev/null; true
 	-[ -z "$(DESTDIR)" ] && systemctl daemon-reload 2>/dev/null; true
 	-[ -z "$(DESTDIR)" ] && systemctl reload dbus 2>/dev/null; true

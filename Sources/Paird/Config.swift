@@ -31,6 +31,8 @@ public struct DaemonConfig: Sendable, Equatable {
     /// `[Metrics] Interval`: the least time between two writes of the textfile.
     public var metricsInterval: Duration = Self.defaultMetricsInterval
     public static let defaultMetricsInterval = Duration.seconds(15)
+    /// `[Alerts]`: the host's own alerts and their dispatcher (Config+Alerts.swift).
+    public var alerts = AlertSettings()
 
     public init() {
         machine.firstDataTimeout = firstDataTimeout
@@ -58,7 +60,7 @@ public struct DaemonConfig: Sendable, Equatable {
         var warnings: [String] = []
         var errors: [Error] = []
         var section = ""
-        var backoffMaxLine = 0, backoffInitialLine = 0
+        var backoffMaxLine = 0, backoffInitialLine = 0, batteryLine = 0
         for (n, raw) in text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).enumerated() { // "\r\n" is one Character
           do throws(Error) {
             let lineNo = n + 1
@@ -149,6 +151,9 @@ public struct DaemonConfig: Sendable, Equatable {
                 }
                 c.metricsTextfile = value
             case ("Metrics", "Interval"): c.metricsInterval = try seconds(1...3600)
+            case ("Alerts", _):
+                try c.parseAlertKey(key, value, fail: fail)
+                if key == "BatteryLow" || key == "BatteryHysteresis" { batteryLine = lineNo }
             default:
                 warnings.append("\(file):\(lineNo): unknown key \(key) in [\(section)], ignored")
             }
@@ -160,6 +165,9 @@ public struct DaemonConfig: Sendable, Equatable {
         if c.machine.backoff.maximum < c.machine.backoff.initial {
             // the later of the two keys set is the one that made the pair inconsistent
             errors.append(Error(file: file, line: max(backoffMaxLine, backoffInitialLine), reason: "BackoffMax (\(c.machine.backoff.maximum)) is below BackoffInitial (\(c.machine.backoff.initial))"))
+        }
+        if let low = c.alerts.thresholds.batteryLow, low + c.alerts.thresholds.batteryHysteresis > 100 {
+            errors.append(Error(file: file, line: batteryLine, reason: "BatteryLow (\(low)) + BatteryHysteresis (\(c.alerts.thresholds.batteryHysteresis)) is above 100: the low-battery alert would never be re-armed"))
         }
         c.machine.adapter = c.adapter.isEmpty ? "hci0" : c.adapter
         return (c, warnings, errors)
@@ -174,6 +182,7 @@ public struct DaemonConfig: Sendable, Equatable {
         "Health": ["FirstDataTimeout", "SilencePeriods", "SilenceMinimum", "ProbeTimeout", "ResubscribesPerLink"],
         "History": ["MaxAgeDays", "MaxRecords"],
         "Metrics": ["Textfile", "Interval"],
+        "Alerts": ["BatteryLow", "BatteryHysteresis", "AwayLongerThan", "NoDataFor", "DispatcherDir", "DispatcherTimeout"],
     ]
 
     /// Reads `path`. A missing file means all defaults, unless `mustExist` (paird's `--config`

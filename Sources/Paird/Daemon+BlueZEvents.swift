@@ -56,6 +56,7 @@ extension Daemon {
             guard battery[a] != level else { return }
             battery[a] = level
             record(.battery(a, level: level), now: Daemon.now())
+            alert(.battery(a, level: level), now: Daemon.now())
             try? bus.emitSignal(path: PairdAPI.objectPath, interface: PairdAPI.interface, member: "Battery",
                                 args: [.string(a.description), .byte(level)])
         case .linkProven(let a):

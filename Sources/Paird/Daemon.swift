@@ -67,6 +67,8 @@ public final class Daemon {
     var sleepDisconnects: Set<DeviceAddress> = []
     /// The Prometheus textfile (`[Metrics] Textfile`); nil when off (the default).
     var metrics: MetricsExporter?
+    /// The host's own alerts and their dispatcher (`[Alerts]`, Daemon+Alerts.swift).
+    var alerting: AlertRuntime?
 
     public init(options: Options, log: Log) throws {
         self.log = log
@@ -199,6 +201,7 @@ public final class Daemon {
         }
         openHistory()
         openMetrics()
+        openAlerts()
 
         bluez = BlueZClient(connection: bus, adapter: config.adapter)
         bluez.onEvent = { [unowned self] event in handle(event) }
@@ -279,12 +282,14 @@ public final class Daemon {
         let now = Daemon.now()
         if log.minimumPriority == .debug { log.debug("machine: \(event)") }
         if let input = HistoryRecorder.input(before: event) { record(input, now: now) }
+        if let input = AlertDecider.input(before: event) { alert(input, now: now) }
         actions.removeAll(keepingCapacity: true)
         machine.handle(event, now: now, into: &actions)
         let batch = actions
         for action in batch {
             if let input = HistoryRecorder.input(for: action) { record(input, now: now) }
             perform(action, now: now)
+            if let input = AlertDecider.input(for: action) { alert(input, now: now) }
         }
         let status = machine.statusLine(now: now)
         if status != lastStatus {

@@ -1,0 +1,300 @@
+/// The thresholds of the host's own alerts (paird.conf `[Alerts]`). A threshold that is nil
+/// (0 in the file) turns its alert off.
+public struct AlertConfig: Sendable, Hashable {
+    /// A battery reading under this percentage is low (`[Alerts] BatteryLow`); nil: off.
+    public var batteryLow: Int? = 15
+    /// After a low-battery alert, the level must reach `batteryLow + batteryHysteresis` before
+    /// a drop under `batteryLow` alerts again (`[Alerts] BatteryHysteresis`).
+    public var batteryHysteresis: Int = 5
+    /// A wanted wearable not connected for this long (`[Alerts] AwayLongerThan`); nil: off.
+    public var awayLongerThan: Duration? = .seconds(600)
+    /// A connected wearable that delivered no data on its subscribed characteristics for this
+    /// long (`[Alerts] NoDataFor`); nil: off (the daemon also turns it off when nothing is
+    /// subscribed: no data is awaited then).
+    public var noDataFor: Duration? = .seconds(300)
+
+    public init() {}
+}
+
+/// One alert: what happened, to which wearable, with what the dispatcher's scripts are told.
+public struct Alert: Sendable, Hashable, CustomStringConvertible {
+    /// Its name is `PAIRD_EVENT` for the dispatcher's scripts and in the journal.
+    public enum Kind: String, Sendable, Hashable, CaseIterable {
+        /// A battery reading crossed `batteryLow` downwards.
+        case batteryLow
+        /// A wanted wearable has not been connected for `awayLongerThan`.
+        case awayTooLong
+        /// A connected wearable sent no data for `noDataFor`.
+        case noData
+        /// The wearable's bond no longer works (`Report.Kind.needsRepair`).
+        case needsRepair
+        /// systemd called bluetoothd's exit a crash (`BluetoothdReport.crashed`).
+        case bluetoothdCrashed
+    }
+
+    public var kind: Kind
+    public var device: DeviceAddress?
+    public var name: String
+    /// The wearable's last battery reading, if any.
+    public var battery: Int?
+    /// needsRepair: why; bluetoothdCrashed: the exit (signal, core dump…); awayTooLong: the
+    /// reason of the drop that began the absence, when known.
+    public var reason: String?
+    /// awayTooLong: how long away; noData: how long without data.
+    public var duration: Duration?
+
+    public init(kind: Kind, device: DeviceAddress?, name: String = "", battery: Int? = nil, reason: String? = nil,
+                duration: Duration? = nil) {
+        self.kind = kind
+        self.device = device
+        self.name = name
+        self.battery = battery
+        self.reason = reason
+        self.duration = duration
+    }
+
+    public var description: String {
+        var s = "\(kind.rawValue)"
+        if let device { s += " \(device)" }
+        if !name.isEmpty { s += " \"\(name)\"" }
+        if let battery { s += " battery=\(battery)" }
+        if let reason { s += " reason=\(reason)" }
+        if let duration { s += " after=\(Int(duration.seconds.rounded()))s" }
+        return s
+    }
+}
+
+/// Decides the host's own alerts (issue 33, item 4) from what the daemon already sees: the
+/// machine's reports (`Action.report`), battery readings, bluetoothd's crash reports, the host's
+/// sleep, and a `tick` carrying each wearable's last data (`ManagedDevice.lastDataAt`). Pure: no
+/// clock, no I/O; fed like `HistoryRecorder` (`input(before:)`, `input(for:)`), it returns the
+/// alerts to raise, each once:
+///
+/// - `batteryLow`: a reading under `batteryLow` while armed; re-armed only by a reading of at
+///   least `batteryLow + batteryHysteresis`. The first reading after paird's start counts as a
+///   crossing when it is already low (paird cannot know it was said before).
+/// - `awayTooLong`: a wanted wearable not connected for `awayLongerThan` (once per absence;
+///   a user's disconnect, an unpair, a needsRepair and the host's sleep are no absence, the
+///   time asleep does not count).
+/// - `noData`: connected, and no data for `noDataFor` since the later of its last data and the
+///   moment it connected (once per silence: data, or a new connection after an absence, re-arm
+///   it). A link paird made again for lack of data (`no-data`, `probe-*`, `subscription-lost`)
+///   is the same silence: its clock is not restarted.
+/// - `needsRepair`, `bluetoothdCrashed`: as the machine reports them.
+///
+/// Time-based alerts are decided at `tick`; `nextDeadline` says when the next could be due so
+/// the daemon arms one timer (no periodic wake-up).
+public struct AlertDecider: Sendable {
+    public enum Input: Sendable, Hashable {
+        case report(Report)
+        case battery(DeviceAddress, level: UInt8)
+        case bluetoothdCrashed(cause: String)
+        case addressChanged(DeviceAddress, to: DeviceAddress)
+        case hostSleeping
+        case hostResumed
+        /// Time passed: decide the time-based alerts. `lastData`: each wearable's last data
+        /// (`ManagedDevice.lastDataAt`) as the machine knows it.
+        case tick(lastData: [DeviceAddress: Moment])
+    }
+
+    struct Device: Sendable, Hashable {
+        var name = ""
+        var connected = false
+        /// Not connected, and paird is trying to bring it back (waiting, connecting…).
+        var pursued = false
+        /// When the current absence began (nil: none, or asleep).
+        var awayAt: Moment?
+        var awayReason: String?
+        var awayAlerted = false
+        /// The start of the current connected time without data (the connection's start).
+        var connectedAt: Moment?
+        var lastData: Moment?
+        var silenceAlerted = false
+        /// The last drop was paird's own remake for lack of data: the silence goes on.
+        var remakingForData = false
+        var battery: Int?
+        var batteryArmed = true
+    }
+
+    public var config: AlertConfig
+    var devices: [DeviceAddress: Device] = [:]
+    var asleep = false
+
+    public init(config: AlertConfig) {
+        self.config = config
+    }
+
+    /// The link-health reasons for which paird itself drops a link and makes it again.
+    static let dataRemakeReasons: Set<String> = ["no-data", "probe-timeout", "subscription-lost"]
+    static func isDataRemake(_ reason: String?) -> Bool {
+        guard let r = reason else { return false }
+        return dataRemakeReasons.contains(r) || r.hasPrefix("probe-failed")
+    }
+    /// States in which a wanted wearable is not connected and paird brings it back.
+    static let pursuedStates: Set<String> = ["restoring", "waitingForDevice", "connecting", "discovering", "adapterUnavailable", "paired"]
+
+    public mutating func handle(_ input: Input, now: Moment) -> [Alert] {
+        switch input {
+        case .report(let r):
+            guard let a = r.device else { return [] }
+            return report(a, r, now)
+        case .battery(let a, let level):
+            var d = devices[a] ?? Device()
+            defer { devices[a] = d }
+            let l = Int(level)
+            d.battery = l
+            guard let low = config.batteryLow else { return [] }
+            if d.batteryArmed, l < low {
+                d.batteryArmed = false
+                return [Alert(kind: .batteryLow, device: a, name: d.name, battery: l)]
+            }
+            if !d.batteryArmed, l >= low + config.batteryHysteresis { d.batteryArmed = true }
+            return []
+        case .bluetoothdCrashed(let cause):
+            return [Alert(kind: .bluetoothdCrashed, device: nil, reason: cause)]
+        case .addressChanged(let old, let new):
+            if let d = devices.removeValue(forKey: old) { devices[new] = d }
+            return []
+        case .hostSleeping:
+            asleep = true
+            for a in devices.keys { devices[a]!.awayAt = nil; devices[a]!.connectedAt = nil }
+            return []
+        case .hostResumed:
+            asleep = false
+            for a in devices.keys {
+                if devices[a]!.pursued { startAbsence(a, now, reason: "host-asleep") }
+                if devices[a]!.connected { devices[a]!.connectedAt = now; devices[a]!.silenceAlerted = false }
+            }
+            return []
+        case .tick(let lastData):
+            for (a, t) in lastData {
+                guard var d = devices[a] else { continue }
+                if d.lastData.map({ t > $0 }) ?? true {
+                    d.lastData = t
+                    d.silenceAlerted = false
+                }
+                devices[a] = d
+            }
+            return due(now)
+        }
+    }
+
+    mutating func startAbsence(_ a: DeviceAddress, _ now: Moment, reason: String?) {
+        guard !asleep, devices[a]?.awayAt == nil else { return }
+        devices[a]!.awayAt = now
+        devices[a]!.awayReason = reason
+        devices[a]!.awayAlerted = false
+    }
+
+    mutating func report(_ a: DeviceAddress, _ r: Report, _ now: Moment) -> [Alert] {
+        if r.to == "unpaired" || r.kind == .unpaired {
+            devices[a] = nil
+            return []
+        }
+        var d = devices[a] ?? Device()
+        if !r.name.isEmpty { d.name = r.name }
+        devices[a] = d
+        var out: [Alert] = []
+        if r.kind == .hostAsleep {
+            // Let go for the sleep: no absence, no silence.
+            d.connected = false
+            d.pursued = true
+            d.awayAt = nil
+            d.connectedAt = nil
+            devices[a] = d
+            return []
+        }
+        switch r.to {
+        case "connected":
+            let sameSilence = d.remakingForData && d.connectedAt != nil
+            d.connected = true
+            d.pursued = false
+            d.awayAt = nil
+            d.awayAlerted = false
+            d.remakingForData = false
+            if !sameSilence {
+                d.connectedAt = asleep ? nil : now
+                d.silenceAlerted = false
+            }
+            devices[a] = d
+        case let s where Self.pursuedStates.contains(s):
+            if d.connected {
+                d.remakingForData = Self.isDataRemake(r.reason)
+                if !d.remakingForData { d.connectedAt = nil }
+            }
+            d.connected = false
+            d.pursued = true
+            devices[a] = d
+            startAbsence(a, now, reason: r.reason ?? (r.kind == .adapterLost ? "adapter-unavailable" : nil))
+        default: // disconnected (the user's), needsRepair: not pursued, not away
+            d.connected = false
+            d.pursued = false
+            d.awayAt = nil
+            d.connectedAt = nil
+            d.remakingForData = false
+            devices[a] = d
+            if r.kind == .needsRepair {
+                out.append(Alert(kind: .needsRepair, device: a, name: d.name, battery: d.battery, reason: r.reason))
+            }
+        }
+        return out
+    }
+
+    /// The time-based alerts due at `now`, each once.
+    mutating func due(_ now: Moment) -> [Alert] {
+        var out: [Alert] = []
+        for a in devices.keys.sorted(by: { $0.description < $1.description }) {
+            var d = devices[a]!
+            if let limit = config.awayLongerThan, let at = d.awayAt, !d.awayAlerted, now.since(at) >= limit {
+                d.awayAlerted = true
+                out.append(Alert(kind: .awayTooLong, device: a, name: d.name, battery: d.battery, reason: d.awayReason,
+                                 duration: now.since(at)))
+            }
+            if let limit = config.noDataFor, d.connected, !d.silenceAlerted, let since = silenceStart(d), now.since(since) >= limit {
+                d.silenceAlerted = true
+                out.append(Alert(kind: .noData, device: a, name: d.name, battery: d.battery, duration: now.since(since)))
+            }
+            devices[a] = d
+        }
+        return out
+    }
+
+    func silenceStart(_ d: Device) -> Moment? {
+        guard let c = d.connectedAt else { return nil }
+        guard let l = d.lastData else { return c }
+        return max(c, l)
+    }
+
+    /// When the next time-based alert could be due (a `tick` then decides; data that came meanwhile
+    /// only moves it later). nil: none is pending.
+    public var nextDeadline: Moment? {
+        var best: Moment?
+        func consider(_ m: Moment) { if best == nil || m < best! { best = m } }
+        for d in devices.values {
+            if let limit = config.awayLongerThan, let at = d.awayAt, !d.awayAlerted { consider(at + limit) }
+            if let limit = config.noDataFor, d.connected, !d.silenceAlerted, let since = silenceStart(d) { consider(since + limit) }
+        }
+        return best
+    }
+}
+
+extension AlertDecider {
+    /// What of a machine event the alerts need, told before the machine handles it.
+    public static func input(before event: Event) -> Input? {
+        switch event {
+        case .hostSleeping: .hostSleeping
+        case .hostResumed: .hostResumed
+        case .addressChanged(let old, let new, _): .addressChanged(old, to: new)
+        default: nil
+        }
+    }
+
+    /// What of a machine action the alerts need: state changes and bluetoothd's crashes.
+    public static func input(for action: Action) -> Input? {
+        switch action {
+        case .report(let r): .report(r)
+        case .bluetoothdReport(.crashed(let c)): .bluetoothdCrashed(cause: c.cause)
+        default: nil
+        }
+    }
+}

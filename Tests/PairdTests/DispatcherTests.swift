@@ -1,0 +1,178 @@
+import EventLoop
+import Foundation
+import Testing
+@testable import Paird
+
+/// The dispatcher with real processes on a real `EventLoop`: what the scripts are given, the
+/// order and one-at-a-time, the time limit, and the files it must not run.
+@Suite("Dispatcher: /etc/paird/dispatcher.d", .serialized)
+struct DispatcherTests {
+    /// A fresh directory for the scripts, and one for what they write.
+    final class Fixture {
+        let dir: String
+        let out: String
+        let loop: EventLoop
+        var outcomes: [Dispatcher.Outcome] = []
+        var skipped: [(String, String, Bool)] = []
+
+        init() throws {
+            let base = NSTemporaryDirectory() + "paird-dispatcher-\(getpid())-\(UUID().uuidString.prefix(8))"
+            dir = base + "/dispatcher.d"
+            out = base + "/out"
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
+            loop = try EventLoop()
+        }
+        deinit {
+            loop.shutdown()
+            try? FileManager.default.removeItem(atPath: (dir as NSString).deletingLastPathComponent)
+        }
+
+        func script(_ name: String, _ body: String, mode: Int = 0o755) throws {
+            let path = dir + "/" + name
+            try ("#!/bin/sh\n" + body + "\n").write(toFile: path, atomically: false, encoding: .utf8)
+            chmod(path, mode_t(mode))
+        }
+
+        func dispatcher(timeout: Duration = .seconds(5)) -> Dispatcher {
+            let d = Dispatcher(directory: dir, timeout: timeout, loop: loop)
+            d.onOutcome = { [unowned self] in outcomes.append($0) }
+            d.onSkip = { [unowned self] in skipped.append(($0, $1, $2)) }
+            return d
+        }
+
+        /// Runs the loop until the dispatcher is idle again (at most `limit`).
+        func runUntilIdle(_ d: Dispatcher, limit: Duration = .seconds(20)) throws {
+            var timedOut = false
+            let guardTimer = loop.schedule(after: limit) { timedOut = true }
+            try loop.run(until: { d.isIdle || timedOut })
+            guardTimer.cancel()
+            #expect(!timedOut, "the dispatcher did not finish within \(limit)")
+        }
+
+        func read(_ name: String) -> String? { try? String(contentsOfFile: out + "/" + name, encoding: .utf8) }
+    }
+
+    @Test("each script gets the event and the wearable in its environment and argv, and nothing of paird's")
+    func environment() throws {
+        let f = try Fixture()
+        try f.script("50-env", "env | sort > \(f.out)/env; echo \"$1 $2\" > \(f.out)/argv; exit 3")
+        let d = f.dispatcher()
+        setenv("PAIRD_TEST_LEAK", "1", 1)
+        d.dispatch(event: "batteryLow", device: "00:AA:01:01:00:01",
+                   environment: ["PAIRD_EVENT": "batteryLow", "PAIRD_DEVICE": "00:AA:01:01:00:01", "PAIRD_NAME": "Watch", "PAIRD_BATTERY": "14"])
+        try f.runUntilIdle(d)
+        let env = f.read("env") ?? ""
+        for line in ["PAIRD_EVENT=batteryLow", "PAIRD_DEVICE=00:AA:01:01:00:01", "PAIRD_NAME=Watch", "PAIRD_BATTERY=14", "PATH="] {
+            #expect(env.contains(line), "\(line) in \(env)")
+        }
+        #expect(!env.contains("PAIRD_TEST_LEAK"), "paird's own environment is not passed")
+        #expect(f.read("argv") == "batteryLow 00:AA:01:01:00:01\n")
+        #expect(f.outcomes.map(\.result) == [.exited(3)])
+        #expect(f.outcomes.first?.path == f.dir + "/50-env" && f.outcomes.first?.event == "batteryLow")
+    }
+
+    @Test("scripts run sorted by name, one at a time, and alerts one after another")
+    func orderAndOneAtATime() throws {
+        let f = try Fixture()
+        // 20-b checks that 10-a had ended before it began.
+        try f.script("20-b", "test -e \(f.out)/a-done-$PAIRD_EVENT && echo \"b $PAIRD_EVENT\" >> \(f.out)/log")
+        try f.script("10-a", "echo \"a $PAIRD_EVENT\" >> \(f.out)/log; sleep 0.3; touch \(f.out)/a-done-$PAIRD_EVENT")
+        let d = f.dispatcher()
+        d.dispatch(event: "one", environment: ["PAIRD_EVENT": "one"])
+        d.dispatch(event: "two", environment: ["PAIRD_EVENT": "two"])
+        try f.runUntilIdle(d)
+        #expect(f.read("log") == "a one\nb one\na two\nb two\n")
+        #expect(f.outcomes.map(\.result) == [.exited(0), .exited(0), .exited(0), .exited(0)])
+    }
+
+    @Test("a script that hangs is killed (its process group) at the limit, the next one runs, and the loop stays responsive")
+    func hangingScriptKilled() throws {
+        let f = try Fixture()
+        try f.script("10-hang", "echo $$ > \(f.out)/pgid; sleep 60 & sleep 60; echo never > \(f.out)/hang")
+        try f.script("20-next", "echo ran > \(f.out)/next")
+        let d = f.dispatcher(timeout: .seconds(1))
+        // A timer every 100 ms while the script hangs: each must fire on time (the loop is never blocked).
+        var lateness: [Duration] = []
+        var ticking = true
+        func tick(_ due: ContinuousClock.Instant) {
+            f.loop.schedule(at: due) {
+                lateness.append(due.duration(to: f.loop.now()))
+                if ticking { tick(due.advanced(by: .milliseconds(100))) }
+            }
+        }
+        let started = f.loop.now()
+        tick(started.advanced(by: .milliseconds(100)))
+        d.dispatch(event: "noData", environment: ["PAIRD_EVENT": "noData"])
+        try f.runUntilIdle(d)
+        ticking = false
+        let took = started.duration(to: f.loop.now())
+        #expect(f.outcomes.map(\.result) == [.killedAtLimit, .exited(0)])
+        #expect(f.outcomes.first.map { $0.duration >= .seconds(1) && $0.duration < .seconds(3) } == true, "\(f.outcomes)")
+        #expect(took < .seconds(5), "killed at 1 s, not after the script's 60 s")
+        #expect(f.read("next") == "ran\n" && f.read("hang") == nil)
+        #expect(lateness.count >= 8, "the loop's timer fired \(lateness.count) times in \(took)")
+        #expect(lateness.allSatisfy { $0 < .milliseconds(100) }, "late timers: \(lateness)")
+        // The background `sleep 60` of its group is gone too.
+        if let pgid = f.read("pgid").flatMap({ Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }) {
+            var alive: [String] = []
+            for _ in 0..<50 {
+                alive = Self.liveMembers(ofGroup: pgid)
+                if alive.isEmpty { break }
+                usleep(20_000)
+            }
+            #expect(alive.isEmpty, "process group \(pgid) still has live members: \(alive)")
+        } else {
+            Issue.record("the script did not write its pid")
+        }
+    }
+
+    /// The processes of a group that are not zombies (an orphan killed with the group waits as a
+    /// zombie for whoever reaps orphans here, which may be slow: it is dead all the same).
+    static func liveMembers(ofGroup pgid: Int32) -> [String] {
+        let pids = (try? FileManager.default.contentsOfDirectory(atPath: "/proc"))?.filter { Int32($0) != nil } ?? []
+        return pids.compactMap { pid in
+            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+                  let close = stat.lastIndex(of: ")") else { return nil }
+            let fields = stat[stat.index(after: close)...].split(separator: " ")
+            guard fields.count > 2, Int32(fields[2]) == pgid, fields[0] != "Z" else { return nil }
+            return "\(pid) \(fields[0])"
+        }
+    }
+
+    @Test("not run: not executable, not a regular file, writable by group or others, not owned by root; backups and hidden files are passed over")
+    func insecureAndNonExecutable() throws {
+        let f = try Fixture()
+        try f.script("10-plain", "touch \(f.out)/plain", mode: 0o644)
+        try f.script("20-groupwritable", "touch \(f.out)/gw", mode: 0o775)
+        try f.script("30-otherwritable", "touch \(f.out)/ow", mode: 0o757)
+        try f.script("40-foreign", "touch \(f.out)/foreign")
+        chown(f.dir + "/40-foreign", 65534, 65534)
+        try f.script("50-good", "touch \(f.out)/good")
+        try f.script("60-good~", "touch \(f.out)/backup")
+        try f.script(".70-hidden", "touch \(f.out)/hidden")
+        try f.script("80-good.dpkg-old", "touch \(f.out)/dpkg")
+        try FileManager.default.createDirectory(atPath: f.dir + "/90-dir", withIntermediateDirectories: false)
+        let d = Dispatcher(directory: f.dir, timeout: .seconds(5), loop: f.loop, allowedOwners: [0])
+        d.onOutcome = { f.outcomes.append($0) }
+        d.onSkip = { f.skipped.append(($0, $1, $2)) }
+        d.dispatch(event: "awayTooLong", environment: [:])
+        try f.runUntilIdle(d)
+        #expect(f.outcomes.map(\.path) == [f.dir + "/50-good"])
+        #expect(f.read("good") != nil)
+        for name in ["plain", "gw", "ow", "foreign", "backup", "hidden", "dpkg"] { #expect(f.read(name) == nil, "\(name) ran") }
+        #expect(f.skipped.map { "\(($0.0 as NSString).lastPathComponent) \($0.2 ? "warning" : "debug")" } == [
+            "10-plain debug", "20-groupwritable warning", "30-otherwritable warning", "40-foreign warning", "90-dir debug",
+        ])
+    }
+
+    @Test("no directory: nothing runs, nothing is said")
+    func noDirectory() throws {
+        let f = try Fixture()
+        let d = Dispatcher(directory: f.dir + "/absent", timeout: .seconds(1), loop: f.loop)
+        var problems: [String] = []
+        d.onProblem = { problems.append($0) }
+        d.dispatch(event: "noData", environment: [:])
+        #expect(d.isIdle && problems.isEmpty)
+    }
+}
