@@ -1,0 +1,74 @@
+#!/usr/bin/python3
+# testbed: mode=plain timeout=240 wearables=strap
+"""Issue 33, item 4 on the bed: the host's own alerts. The strap's battery (Bumble, notified over
+GATT and read by the real paird) drains under [Alerts] BatteryLow: the batteryLow alert fires
+once, not again while it stays low, and once more after it recovers above BatteryLow +
+BatteryHysteresis and drops again. The dispatcher runs /etc/paird's scripts in order with the
+alert in their environment; one that hangs is killed at DispatcherTimeout, the next one still
+runs, and paird answers meanwhile."""
+import os
+import stat
+
+from bedlib import *
+
+DIR = "/etc/paird/bed-dispatcher.d"
+LOG = "/tmp/bed-alerts.log"
+
+
+def alerts():
+    try:
+        with open(LOG) as f:
+            return [l.split() for l in f.read().splitlines()]
+    except FileNotFoundError:
+        return []
+
+
+@scenario
+def main():
+    os.makedirs(DIR, exist_ok=True)
+    scripts = {
+        "10-record": f'#!/bin/sh\necho "first $PAIRD_EVENT $PAIRD_DEVICE $PAIRD_BATTERY $PAIRD_THRESHOLD" >> {LOG}\n',
+        "20-hang": "#!/bin/sh\nsleep 600\n",
+        "30-after": f'#!/bin/sh\necho "after $PAIRD_EVENT $PAIRD_DEVICE $PAIRD_BATTERY" >> {LOG}\n',
+    }
+    for name, body in scripts.items():
+        path = os.path.join(DIR, name)
+        with open(path, "w") as f:
+            f.write(body)
+        os.chmod(path, stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
+    w = Wearable.start(name="Pulse-1", battery=87)
+    p = Paird()
+    p.write_config(f"[Alerts]\nBatteryLow = 15\nBatteryHysteresis = 5\nDispatcherDir = {DIR}\nDispatcherTimeout = 2s\n")
+    with step("paird (with [Alerts]) up; the strap paired and connected, battery 87 %: no alert"):
+        p.start()
+        pair_wearable(p)
+        p.wait_state("connected", 20)
+        wait_for(lambda: p.device(w.address).get("battery") == 87, 20, "battery 87 in status")
+        check(alerts() == [], f"no alert yet: {alerts()}")
+
+    with step("battery 14 % → batteryLow once: the scripts in order, the hanging one killed at 2 s, the next one runs; paird answers meanwhile"):
+        t = now()
+        w.cmd("battery 14")
+        wait_for(lambda: [a for a in alerts() if a[:2] == ["first", "batteryLow"]], 20, "the first script's batteryLow line")
+        first = [a for a in alerts() if a[0] == "first"]
+        check(first == [["first", "batteryLow", w.address, "14", "15"]], f"env: event, address, battery, threshold: {first}")
+        # the second script hangs now: paird's loop must not
+        t_status = now()
+        check(p.status()["daemon"]["running"], "pairctl status answers while a script hangs")
+        log(f"pairctl status answered in {now() - t_status:.2f} s while 20-hang ran")
+        wait_for(lambda: [a for a in alerts() if a[:2] == ["after", "batteryLow"]], 20, "the third script, after the hanging one was killed")
+        log(f"battery 14 → the third script ran {now() - t:.2f} s later (the hang killed at DispatcherTimeout, 2 s)")
+        wait_for(lambda: "killed at the time limit" in p.logtext(), 10, "paird's log naming the killed script")
+        check("20-hang" in [l for l in p.logtext().splitlines() if "killed at the time limit" in l][-1], "it names 20-hang")
+
+    with step("battery 12 % (still low) → nothing; 25 % (recovered above 15 + 5) → nothing; 10 % → batteryLow once more"):
+        for level in (12, 25, 10):
+            w.cmd(f"battery {level}")
+            wait_for(lambda: p.device(w.address).get("battery") == level, 20, f"battery {level} in status")
+        wait_for(lambda: len([a for a in alerts() if a[:2] == ["after", "batteryLow"]]) == 2, 30, "the second alert's last script")
+        low = [a for a in alerts() if a[:2] == ["first", "batteryLow"]]
+        log(f"dispatcher lines: {alerts()}")
+        check([a[3] for a in low] == ["14", "10"], f"batteryLow at 14 and at 10 only (not at 12, not at 25): {low}")
+        check(all(a[1] == "batteryLow" for a in alerts()), f"no other alert: {alerts()}")
+
+main()
