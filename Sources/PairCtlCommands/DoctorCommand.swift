@@ -223,7 +223,7 @@ struct DoctorCommand: ParsableCommand {
         let dir = ProcessInfo.processInfo.environment["PAIRCTL_RFKILL_DIR"] ?? "/sys/class/rfkill"
         guard let entries = try? FileManager.default.contentsOfDirectory(atPath: dir) else { return [] }
         func read(_ e: String, _ f: String) -> String? {
-            (try? String(contentsOfFile: "\(dir)/\(e)/\(f)", encoding: .utf8)).map(trimmed)
+            (try? String(contentsOfFile: "\(dir)/\(e)/\(f)", encoding: .utf8)).map { trimmed($0.filter { $0 != "\n" }) }
         }
         return entries.sorted().compactMap { e in
             guard read(e, "type") == "bluetooth" else { return nil }

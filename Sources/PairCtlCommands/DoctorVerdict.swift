@@ -388,7 +388,8 @@ public enum Doctor {
         func bad(_ v: Verdict) -> (Check, Verdict?) { (Check("wearable", false, detail, address: a), v) }
         let pair = "pairctl pair \(a)"
 
-        if d.state == "connected" && w.bluez?.connected != false {
+        // paird's connected has proof (services resolved, subscribed); BlueZ's Connected may lag it
+        if d.state == "connected" {
             return (Check("wearable", true, detail, address: a), nil)
         }
         if d.state == "needsRepair" {
