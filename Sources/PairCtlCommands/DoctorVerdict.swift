@@ -31,7 +31,8 @@ public enum Doctor {
         public var name: String
         public var address: String
         public var powered: Bool
-        /// Adapter1.PowerState (5.66: `on`, `off`, `off-enabling`, `on-disabling`, `off-blocked`); nil when absent.
+        /// Adapter1.PowerState (`on`, `off`, `off-enabling`, `on-disabling`, `off-blocked`) where
+        /// BlueZ has it (the bed's 5.66 showed none); nil when absent.
         public var powerState: String?
         public init(name: String, address: String, powered: Bool, powerState: String? = nil) {
             self.name = name
@@ -360,9 +361,10 @@ public enum Doctor {
                 if firstProblem == nil, let verdict { firstProblem = verdict }
             }
             if let firstProblem { return Result(checks: checks, verdict: firstProblem) }
+            let n = wearables.count
+            return Result(checks: checks, verdict: Verdict(.allWell, "all is well: \(n == 1 ? "the wearable is" : "all \(n) wearables are") connected"
+                                                                     + (status.daemon.stateFileError != nil ? " (but paird cannot save its state)" : "")))
         }
-        let n = status.devices.count
-        return Result(checks: checks, verdict: Verdict(.allWell, "all is well: \(n == 1 ? "the wearable is" : "the wearables checked are") connected"))
     }
 
     /// One wearable's check line and, when it is not fine, its verdict.
@@ -381,7 +383,7 @@ public enum Doctor {
         if let last = d.lastDisconnect { facts.append("last drop \(StatusText.ago(last.at, now)) (\(last.reason))") }
         if let data = d.lastData { facts.append("data \(StatusText.ago(data, now))") }
         if w.listened {
-            facts.append(w.heardRSSI.map { "heard advertising at \($0) dBm" } ?? "not heard advertising in \(listen) s")
+            facts.append(w.heardRSSI.map { "heard advertising \(rssiWords($0))" } ?? "not heard advertising in \(listen) s")
         }
         if let other = w.connectedThrough { facts.append("linked through \(other)") }
         let detail = "\(who): " + facts.joined(separator: "; ")
@@ -394,7 +396,7 @@ public enum Doctor {
         }
         if d.state == "needsRepair" {
             if let rssi = w.heardRSSI {
-                return bad(Verdict(.bondLost, "\(who) is advertising (\(rssi) dBm) but refusing: it forgot the bond (\(d.repairReason ?? "needs pairing again"))",
+                return bad(Verdict(.bondLost, "\(who) is advertising (\(rssiWords(rssi))) but refusing: it forgot the bond (\(d.repairReason ?? "needs pairing again"))",
                                    fix: pair, address: a))
             }
             return bad(Verdict(.needsRepair, "\(who) needs pairing again (\(d.repairReason ?? "bond lost"))\(w.listened ? "; it is not advertising now" : "")",
@@ -414,7 +416,7 @@ public enum Doctor {
                                fix: "disconnect it there (bluetoothctl, on \(other)); paird's auto-connect takes it when it advertises again", address: a))
         }
         if let rssi = w.heardRSSI {
-            return bad(Verdict(.connecting, "\(who) is in range (\(rssi) dBm) but not connected yet: paird is connecting (\(d.reconnectAttempts) attempt(s))",
+            return bad(Verdict(.connecting, "\(who) is in range (heard \(rssiWords(rssi))) but not connected yet: paird is connecting (\(d.reconnectAttempts) attempt(s))",
                                fix: "run pairctl doctor again in a few seconds; if it stays so: journalctl -u paird PAIRD_DEVICE=\(a)", address: a))
         }
         if w.bluez?.connected == true || d.state == "discovering" {
@@ -425,6 +427,9 @@ public enum Doctor {
                            fix: "bring it close and wake it; if it is close, switch off Bluetooth on the phone or device it may be connected to; "
                            + "paird connects it as soon as it advertises", address: a))
     }
+
+    /// "at -54 dBm"; 127 is the HCI's "RSSI not available" (the bed's btvirt reports it).
+    static func rssiWords(_ rssi: Int) -> String { rssi == 127 ? "with no RSSI reported" : "at \(rssi) dBm" }
 
     // MARK: output
 

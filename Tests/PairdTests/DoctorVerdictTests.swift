@@ -159,6 +159,12 @@ struct DoctorVerdictTests {
         #expect(v.fix == "pairctl pair \(Self.strap)")
         #expect(v.text.contains("advertising") && v.text.contains("refusing"))
         #expect(verdict(facts([.init(device: device("needsRepair", repair: "authentication"), bluez: Self.bonded, listened: true)])) == .needsRepair)
+        // the HCI's 127, "RSSI not available" (btvirt's), is not a signal strength
+        let noRSSI = Doctor.evaluate(facts([.init(device: device("needsRepair", repair: "suspected-bond-loss"), bluez: Self.bonded,
+                                                  heardRSSI: 127, listened: true)]), now: now)
+        #expect(noRSSI.verdict?.kind == .bondLost)
+        #expect(noRSSI.verdict?.text.contains("with no RSSI reported") == true && noRSSI.verdict?.text.contains("127") == false,
+                "\(String(describing: noRSSI.verdict?.text))")
     }
 
     @Test("BlueZ has no bond (or no object) for a wearable paird keeps: exit 10")
