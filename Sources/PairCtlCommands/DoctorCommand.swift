@@ -155,7 +155,7 @@ struct DoctorCommand: ParsableCommand {
         if devices.contains(where: { $0.state != "connected" }) {
             let l = try Scan.listen(client, seconds: listen, adapterPath: adapterPath)
             listened = listen
-            for t in l.devices.values {
+            for (path, t) in l.devices where path.hasPrefix(l.adapterPath + "/") {   // heard by paird's adapter
                 guard let rssi = t.rssi, let a = Self.address(t.props) else { continue }
                 heard[a.description] = max(heard[a.description] ?? Int.min, rssi)
             }

@@ -128,9 +128,8 @@ struct Scan: ParsableCommand {
 
     /// What a discovery session of pairctl's own heard (`listen`).
     struct Listening {
-        /// The adapter listened on (`/org/bluez/hci0`) and BlueZ's objects before the session.
+        /// The adapter listened on (`/org/bluez/hci0`).
         var adapterPath: String
-        var objects: [String: [String: [String: DBusValue]]]
         /// Every Device1 object seen, by path (those of other adapters too), with the RSSI heard
         /// during the session.
         var devices: [String: Tracked]
@@ -241,6 +240,6 @@ struct Scan: ParsableCommand {
         if bluezGone { throw PairctlError(.adapterUnavailable, "bluetoothd stopped during the scan") }
         if let loopError { throw PairctlError(.failure, "event loop failed: \(loopError)") }
 
-        return Listening(adapterPath: adapterPath, objects: objects, devices: devices, interrupted: interrupted)
+        return Listening(adapterPath: adapterPath, devices: devices, interrupted: interrupted)
     }
 }
