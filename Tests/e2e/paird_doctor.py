@@ -12,7 +12,8 @@ and checks both exit codes:
   same host, while hci0 was blocked: 5, connected-elsewhere); the strap forgot its bond and
   advertises (bond-lost: 10), repaired with the `pairctl pair ADDR` doctor names; paird stopped (3);
   bluetoothd stopped by systemctl (9); bluetoothd crashed (SIGSEGV, with paird stopped so that
-  nobody starts it again: 9); everything back: all well (0).
+  nobody starts it again: 9). (All well after the repair is the same verdict as at the start: the
+  scenario ends with the crash, to stay within a scenario's VM-time budget; teardown needs no bluetoothd.)
 Not reachable here: an rfkill hard block (btvirt's controllers have no hardware switch: unit tests
 only), and a phone's link (a central elsewhere is not visible from the host: doctor says "not
 heard" for it, as for a wearable away, and says that these look the same)."""
@@ -25,9 +26,10 @@ from bedlib import *
 LISTEN = "2"   # seconds: the strap readvertises every second on the bed
 
 
-def doctor(p, verdict, rc_want, *args, user=None, groups=None, says=None):
+def doctor(p, verdict, rc_want, *args, user=None, groups=None, says=None, json_too=True):
     """`pairctl doctor` in text and in JSON: both exit `rc_want`, the JSON's verdict is `verdict`,
-    the text has its verdict (and `says` in it) and a fix unless all is well. Returns the JSON."""
+    the text has its verdict (and `says` in it) and a fix unless all is well. Returns the JSON
+    (json_too=False: the text only, for a verdict already seen in JSON)."""
     rc, out, err = p.pairctl("doctor", "--listen", LISTEN, *args, user=user, groups=groups, timeout=60)
     for line in out.splitlines():
         log(f"  | {line}")
@@ -40,6 +42,8 @@ def doctor(p, verdict, rc_want, *args, user=None, groups=None, says=None):
         check("\nfix:" in text and "FAIL " in text, "a FAIL line and the fix")
     if says:
         check(says in text, f"the text says {says!r}")
+    if not json_too:
+        return None
     rc, out, err = p.pairctl("doctor", "--json", "--listen", LISTEN, *args, user=user, groups=groups, timeout=60)
     check(len(out.strip().splitlines()) == 1, f"one compact JSON object: {out!r}")
     d = json.loads(out)
@@ -78,7 +82,7 @@ def main():
 
     with step("a caller outside the bluetooth group (4); in it (0)"):
         doctor(p, "access-denied", 4, user="nobody", says="usermod -aG bluetooth nobody")
-        doctor(p, "all-well", 0, user="nobody", groups="bluetooth")
+        doctor(p, "all-well", 0, user="nobody", groups="bluetooth", json_too=False)
 
     with step("the strap walks away: not heard (5)"):
         w.cmd("walk-away")
@@ -132,7 +136,7 @@ def main():
         rc, out, err = p.pairctl("pair", w.address, "--timeout", "20", timeout=90)
         check(rc == 0, f"pairctl pair {w.address}: exit 0, got {rc}: {err.strip()}")
         p.wait_state("connected", 30)
-        doctor(p, "all-well", 0)
+        doctor(p, "all-well", 0, json_too=False)
 
     with step("paird stopped (3)"):
         p.stop()
@@ -152,12 +156,6 @@ def main():
         log(f"bluetooth.service: {sh('systemctl show -p ActiveState -p Result -p ExecMainCode -p ExecMainStatus bluetooth.service').split()}")
         doctor(p, "bluetoothd-crashed", 9, says="SIGSEGV")
 
-    with step("all back: bluetoothd, paird, the strap connected: all well (0)"):
-        bluetoothd("start")
-        c.wait_bluez_back(30)
-        p.start()
-        p.wait_state("connected", 45)
-        doctor(p, "all-well", 0)
 
 
 main()
