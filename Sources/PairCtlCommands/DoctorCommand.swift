@@ -73,7 +73,17 @@ struct DoctorCommand: ParsableCommand {
             throw ExitCode(e.exit.rawValue)
         }
         var listened: Int?
-        let result = try collect(client, listened: &listened)
+        let result: Doctor.Result
+        do {
+            result = try collect(client, listened: &listened)
+        } catch let e as PairctlError {
+            // BlueZ refused or failed a call doctor needed: no verdict, the error (stderr) and its code
+            if json {
+                say(compactJSON(Doctor.Document(checks: [], verdict: "error", text: e.message, fix: nil, address: nil,
+                                                exit: e.exit.rawValue, listenSeconds: nil)))
+            }
+            throw e
+        }
         if json {
             say(Doctor.json(result, listenSeconds: listened))
         } else {
