@@ -325,7 +325,7 @@ public enum Doctor {
             status = s
             var words = "running\(s.daemon.version.map { " (\($0))" } ?? "")"
             if let crash = s.bluetoothd?.lastCrash {
-                words += "; bluetoothd crashed \(StatusText.ago(crash.at, now)) (\(crash.cause)), \(crash.action)"
+                words += "; bluetoothd crashed \(StatusText.relative(crash.at, now)) (\(crash.cause)), \(crash.action)"
             }
             if let e = s.daemon.stateFileError { words += "; cannot save its state: \(e)" }
             checks.append(Check("paird", true, words))
@@ -372,7 +372,7 @@ public enum Doctor {
         let d = w.device
         let who = d.name.isEmpty ? d.address : "\(d.name) \(d.address)"
         let a = d.address
-        var facts: [String] = ["paird: \(StatusText.human(d.state))\(d.repairReason.map { " (\($0))" } ?? "") since \(StatusText.ago(d.since, now))"]
+        var facts: [String] = ["paird: \(StatusText.human(d.state))\(d.repairReason.map { " (\($0))" } ?? "") since \(StatusText.relative(d.since, now))"]
         if let b = w.bluez {
             facts.append("BlueZ: \(b.bonded ? "bonded" : b.paired ? "paired, not bonded" : "not paired"), \(b.trusted ? "trusted" : "not trusted")"
                          + (b.connected ? ", connected" : ""))
@@ -380,8 +380,8 @@ public enum Doctor {
             facts.append("BlueZ: no such device")
         }
         facts.append(d.autoConnect ? "auto-connect armed" : "auto-connect not armed")
-        if let last = d.lastDisconnect { facts.append("last drop \(StatusText.ago(last.at, now)) (\(last.reason))") }
-        if let data = d.lastData { facts.append("data \(StatusText.ago(data, now))") }
+        if let last = d.lastDisconnect { facts.append("last drop \(StatusText.relative(last.at, now)) (\(last.reason))") }
+        if let data = d.lastData { facts.append("data \(StatusText.relative(data, now))") }
         if w.listened {
             facts.append(w.heardRSSI.map { "heard advertising \(rssiWords($0))" } ?? "not heard advertising in \(listen) s")
         }
