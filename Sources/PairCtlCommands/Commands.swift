@@ -26,7 +26,7 @@ public struct Pairctl: ParsableCommand {
         \(PairctlExit.allCases.map { "  \(padded(String($0.rawValue), 3)) \($0.meaning)" }.joined(separator: "\n"))
         """,
         version: "pairctl \(BuildInfo.version)",
-        subcommands: [Pair.self, Unpair.self, Connect.self, Disconnect.self, List.self, Status.self, Watch.self, History.self, Scan.self],
+        subcommands: [Pair.self, Unpair.self, Connect.self, Disconnect.self, List.self, Status.self, Watch.self, History.self, Scan.self, DoctorCommand.self],
         defaultSubcommand: Status.self)
 
     public init() {}
@@ -55,6 +55,8 @@ public struct Pairctl: ParsableCommand {
         } catch let e as PairctlError {
             writeAll(2, "pairctl: \(e.message)\n")
             return e.exit.rawValue
+        } catch let e as ExitCode {
+            return e.rawValue   // doctor: its verdict is on stdout already
         } catch {
             let code = exitCode(for: error)
             if code == .success {

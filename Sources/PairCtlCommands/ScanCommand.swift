@@ -103,7 +103,6 @@ struct Scan: ParsableCommand {
 
     private func scan() throws(PairctlError) -> ScanReport.Document {
         let client = try PairdClient()
-        let bus = client.bus, loop = client.loop
 
         // paird's wearables (GetStatus is public); paird down is a note, not a failure.
         var paird: [StatusDocument.Device]?
@@ -118,6 +117,30 @@ struct Scan: ParsableCommand {
             pairdError = error.message
         }
 
+        let heard = try Self.listen(client, seconds: timeout)
+        let devices = heard.devices, adapterPath = heard.adapterPath, interrupted = heard.interrupted
+        let wanted = services.compactMap(ServiceUUID.normalize)
+        let mine = devices.filter { $0.key.hasPrefix(adapterPath + "/") }   // not another adapter's
+        return ScanReport.Document(timeout: timeout, interrupted: interrupted, services: wanted, pairdRunning: paird != nil,
+                                   pairdError: pairdError,
+                                   devices: ScanReport.entries(mine.compactMap(\.value.observation), paird: paird, services: wanted))
+    }
+
+    /// What a discovery session of pairctl's own heard (`listen`).
+    struct Listening {
+        /// The adapter listened on (`/org/bluez/hci0`).
+        var adapterPath: String
+        /// Every Device1 object seen, by path (those of other adapters too), with the RSSI heard
+        /// during the session.
+        var devices: [String: Tracked]
+        var interrupted: Bool
+    }
+
+    /// Listens `seconds` for LE advertisements on `adapterPath` (nil: BlueZ's first adapter) in a
+    /// discovery session of pairctl's own (scan, doctor), ended with StopDiscovery, also on
+    /// SIGINT/SIGTERM. bluetoothd down, no adapter or one powered off: exit 9.
+    static func listen(_ client: PairdClient, seconds: Int, adapterPath wanted: String? = nil) throws(PairctlError) -> Listening {
+        let bus = client.bus, loop = client.loop
         // Signals first (the bus handles our AddMatch before the calls after it), then the objects.
         var devices: [String: Tracked] = [:]
         var scanning = false
@@ -160,7 +183,8 @@ struct Scan: ParsableCommand {
         } catch {
             throw PairctlError(.failure, "\(error)")
         }
-        guard let adapterPath = objects.keys.filter({ objects[$0]?["org.bluez.Adapter1"] != nil }).sorted().first else {
+        guard let adapterPath = wanted.flatMap({ objects[$0]?["org.bluez.Adapter1"] != nil ? $0 : nil })
+                ?? objects.keys.filter({ objects[$0]?["org.bluez.Adapter1"] != nil }).sorted().first else {
             throw PairctlError(.adapterUnavailable, "no Bluetooth adapter (bluetoothd runs, but has none: is it plugged in? rfkill list)")
         }
         let adapterName = "adapter \(adapterPath.split(separator: "/").last.map(String.init) ?? adapterPath)"
@@ -201,7 +225,7 @@ struct Scan: ParsableCommand {
         scanning = true
         try adapterCall("StartDiscovery")
         var ended = false
-        let timer = loop.schedule(after: .seconds(Int64(timeout))) { ended = true; loop.stop() }
+        let timer = loop.schedule(after: .seconds(Int64(seconds))) { ended = true; loop.stop() }
         var loopError: (any Error)?
         do { try loop.run(until: { ended || interrupted || bluezGone }) } catch { loopError = error }
         timer.cancel()
@@ -216,10 +240,6 @@ struct Scan: ParsableCommand {
         if bluezGone { throw PairctlError(.adapterUnavailable, "bluetoothd stopped during the scan") }
         if let loopError { throw PairctlError(.failure, "event loop failed: \(loopError)") }
 
-        let wanted = services.compactMap(ServiceUUID.normalize)
-        let mine = devices.filter { $0.key.hasPrefix(adapterPath + "/") }   // not another adapter's
-        return ScanReport.Document(timeout: timeout, interrupted: interrupted, services: wanted, pairdRunning: paird != nil,
-                                   pairdError: pairdError,
-                                   devices: ScanReport.entries(mine.compactMap(\.value.observation), paird: paird, services: wanted))
+        return Listening(adapterPath: adapterPath, devices: devices, interrupted: interrupted)
     }
 }

@@ -85,10 +85,13 @@ final class MockedHost {
         try? FileManager.default.removeItem(at: dir)
     }
 
+    /// More environment for the processes started from now on (e.g. `PAIRCTL_RFKILL_DIR`).
+    var extraEnv: [String: String] = [:]
+
     var env: [String: String] {
         var e = ProcessInfo.processInfo.environment
         e["DBUS_SYSTEM_BUS_ADDRESS"] = address
-        return e
+        return e.merging(extraEnv) { $1 }
     }
 
     struct Ran { var status: Int32; var out: String; var err: String }
