@@ -35,7 +35,13 @@ def main():
     strap = Wearable.start(profile="strap", adapter="hci1", sock="/run/bed/strap.sock")
     ring = Wearable.start(profile="ring", adapter="hci2", sock="/run/bed/ring.sock",
                           extra=["--drop-every", "0", "--drain-every", "0"])
-    p = Paird(mode="systemd")
+    # A link that does not resolve keeps its whole ResolveTimeout (30 s, no learned deadline of
+    # 3 s or more): the crash loop's stalled strap link stays in set-up however slow the host is
+    # until the kill lands. Links that resolve (every other one here) are not slowed.
+    os.makedirs("/etc/paird", exist_ok=True)
+    with open("/etc/paird/bed.conf", "w") as f:
+        f.write("[Connection]\nResolveTimeout = 30\nResolveFloor = 30\n")
+    p = Paird(mode="systemd", config="/etc/paird/bed.conf")
     with step("paird up (systemd, as shipped); strap and ring paired"):
         p.start()
         for name, w in (("Pulse-1", strap), ("Ring-1", ring)):
@@ -105,21 +111,34 @@ def main():
         # the kill lands (as paird_bluetoothd_crashloop). Without it, the clean-clone CI of
         # b11f5e1 failed twice: the strap's link had gone by the time a kill landed, only the ring
         # was being set up, and paird rightly blamed the ring.
+        # A kill waits for a NEW stalled link of the strap (the wearable's `att-stalling` event),
+        # not only for paird's `discovering`: after a crash the kernel keeps the old link, the new
+        # bluetoothd reports it connected, paird shows it `discovering` and drops it at once
+        # (clean-clone run of 572dc43, first try: a kill landed just after that drop, with only the
+        # ring being set up, and paird rightly blamed the ring).
         strap.cmd("stall-att next")
+        seq = strap.last_seq()
         strap.cmd("come-back")
         ring.cmd("come-back")
+
+        def fresh_setup():
+            if states_of(watch, strap.address, n)[-1:] != ["discovering"]:
+                return None
+            return "setup" if any(e["event"] == "att-stalling" for e in strap.events(seq)) else None
+
         while len(kills) < 6:
-            # paird's own events only (pairctl watch, read every 20 ms): a pairctl call here took
-            # 0.5-1.7 s on a loaded host, and the kill came that much after the set-up was seen
-            got = wait_for(lambda: ("setup" if states_of(watch, strap.address, n)[-1:] == ["discovering"] else None)
+            # paird's own events (pairctl watch): a pairctl call here took 0.5-1.7 s on a loaded
+            # host, and the kill came that much after the set-up was seen
+            got = wait_for(lambda: fresh_setup()
                            or ("done" if states_of(watch, strap.address)[-1:] == ["needsRepair"]
                                and states_of(watch, ring.address)[-1:] == ["connected"] else None),
-                           90, "the strap's link being set up, or the strap disarmed and the ring connected", interval=0.02)
+                           90, "a new link of the strap being set up, or the strap disarmed and the ring connected", interval=0.05)
             if got == "done":
                 break
             pid, _ = bluetoothd_segv()
             kills.append(now() - t0)
             strap.cmd("stall-att next")
+            seq = strap.last_seq()
             wait_bluetoothd_replaced(pid)
             log(f"kill {len(kills)} at {kills[-1]:.2f} s; strap {' → '.join(states_of(watch, strap.address, n))}; "
                 f"ring {' → '.join(states_of(watch, ring.address, n))}")
