@@ -31,7 +31,7 @@ struct DoctorTests {
         let host = try MockedHost()
         host.extraEnv["PAIRCTL_RFKILL_DIR"] = try Self.rfkill(host, soft: false)
         try host.startPaird()
-        try PairctlTruthsTests.pairWatch(host)
+        try host.pairWatchOK()
         try waitFor("connected", deadline: 10) { host.state() == "connected" }
 
         var r = host.pairctl("doctor")

@@ -8,17 +8,6 @@ import PairingCore
 struct HistoryIntegrationTests {
     let watch = MockedHost.watch
 
-    func pairWatch(_ host: MockedHost) throws {
-        try host.addDevice(watch)
-        let scans = host.adapterCalls("StartDiscovery")
-        let pairing = host.start(MockedHost.pairctlBin, ["pair", watch, "--timeout", "5"])
-        try host.advertise(watch, afterDiscoveries: scans)
-        try waitFor("paird to call Connect after pairing", deadline: 20) { host.calls("Connect") >= 1 }
-        try host.setDevice(watch, "'ServicesResolved': True")
-        let r = pairing.finish()
-        try host.must(r, "pairctl pair")
-    }
-
     func historyJSON(_ host: MockedHost, _ args: String...) throws -> [String: Any] {
         let r = host.run(MockedHost.pairctlBin, ["history", "--json"] + args)
         try host.must(r, "pairctl history --json")
@@ -31,7 +20,7 @@ struct HistoryIntegrationTests {
         // No GATT in the mock: no data would ever come, and the first-data watch would remake the link.
         try "[Health]\nFirstDataTimeout = 0\n".write(toFile: host.dir.appendingPathComponent("paird.conf").path, atomically: true, encoding: .utf8)
         try host.startPaird()
-        try pairWatch(host)
+        try host.pairWatchOK()
         try waitFor("connected", deadline: 10) { host.state() == "connected" }
 
         try host.setDevice(watch, "'Connected': False, 'ServicesResolved': False") // link loss

@@ -7,20 +7,6 @@ import PairingCore
 struct IntegrationTests {
     let watch = MockedHost.watch
 
-    /// Pairs `watch` through pairctl, playing BlueZ's part (ServicesResolved) when paird connects.
-    /// `gattServices`: the UUIDs BlueZ lists once services resolve (the template's Pair swaps
-    /// them for classic profiles), sent with ServicesResolved in one signal as bluetoothd may.
-    func pairWatch(_ host: MockedHost, added: Bool = false, gattServices: [String]? = nil) throws -> MockedHost.Ran {
-        if !added { try host.addDevice(watch) }
-        let scans = host.adapterCalls("StartDiscovery")
-        let pairing = host.start(MockedHost.pairctlBin, ["pair", watch, "--timeout", "5"])
-        try host.advertise(watch, afterDiscoveries: scans)
-        try waitFor("paird to call Connect after pairing", deadline: 20) { host.calls("Connect") >= 1 }
-        let uuids = gattServices.map { ", 'UUIDs': dbus.Array([\($0.map { "'\($0)'" }.joined(separator: ", "))], signature='s')" } ?? ""
-        try host.setDevice(watch, "'ServicesResolved': True\(uuids)")
-        return pairing.finish()
-    }
-
     @Test("status --json is valid JSON and exits 3 when paird is not running")
     func daemonNotRunning() throws {
         let host = try MockedHost()
@@ -40,7 +26,7 @@ struct IntegrationTests {
         #expect(doc.adapter == .init(name: "hci0", address: "00:01:02:03:04:05", powered: true, present: true))
         #expect(doc.devices.isEmpty && doc.pairing == nil)
 
-        let r = try pairWatch(host)
+        let r = try host.pairWatch()
         #expect(r.status == 0, "\(r.err)")
         let lines = r.out.split(separator: "\n").map(String.init)
         #expect(lines.first == "scanning…")
@@ -86,7 +72,7 @@ struct IntegrationTests {
     func statusProperties() throws {
         let host = try MockedHost()
         try host.startPaird()
-        #expect(try pairWatch(host).status == 0)
+        #expect(try host.pairWatch().status == 0)
         let get = host.python("""
             m = b.get_object('org.paird1', '/org/paird1')
             p = m.GetAll('org.paird1.Manager1', dbus_interface='org.freedesktop.DBus.Properties')
@@ -144,7 +130,7 @@ struct IntegrationTests {
         #expect(scan.finish().status == 5)
 
         // A paired device after a link loss.
-        #expect(try pairWatch(host).status == 0)
+        #expect(try host.pairWatch().status == 0)
         try host.setDevice(watch, "'Connected': False, 'ServicesResolved': False")
         try waitFor("waitingForDevice", deadline: 10) { host.state() == "waitingForDevice" }
         o = try doc()
@@ -173,7 +159,7 @@ struct IntegrationTests {
     func adoptionAfterRestart() throws {
         let host = try MockedHost()
         try host.startPaird()
-        #expect(try pairWatch(host).status == 0)
+        #expect(try host.pairWatch().status == 0)
         let connects = host.calls("Connect"), disconnects = host.calls("Disconnect")
         try host.stopPaird()
         // The mock keeps the link up; its Get("Connected") would say false (template quirk), so
@@ -201,7 +187,7 @@ struct IntegrationTests {
         try host.startPaird(["--verbose"])
         try host.addDevice(watch)
         try host.setDevice(watch, "'UUIDs': dbus.Array(['\(ServiceUUID.heartRate)'], signature='s')") // advertised
-        #expect(try pairWatch(host, added: true, gattServices: [ServiceUUID.heartRate]).status == 0)
+        #expect(try host.pairWatch(added: true, gattServices: [ServiceUUID.heartRate]).status == 0)
         try waitFor("connected", deadline: 10) { host.state() == "connected" }
         if registrationAccepted {
             try waitFor("the machine told the auto-connect is armed for it", deadline: 10) {
@@ -317,7 +303,7 @@ struct IntegrationTests {
         try FileManager.default.createDirectory(atPath: stateDir, withIntermediateDirectories: false)
         host.statePath = stateDir + "/state.json"
         try host.startPaird()
-        #expect(try pairWatch(host).status == 0)
+        #expect(try host.pairWatch().status == 0)
         try FileManager.default.removeItem(atPath: stateDir) // as root, only a missing directory stops a write
 
         let r = host.pairctl("disconnect")
@@ -358,7 +344,7 @@ struct IntegrationTests {
     func statusWatch() throws {
         let host = try MockedHost()
         try host.startPaird()
-        #expect(try pairWatch(host).status == 0)
+        #expect(try host.pairWatch().status == 0)
         let file = host.dir.appendingPathComponent("watch.out").path
         let watching = host.start("/bin/sh", ["-c", "exec \(MockedHost.pairctlBin) status --watch > \(file) 2>&1"])
         defer { kill(watching.process.processIdentifier, SIGTERM); _ = watching.finish() }

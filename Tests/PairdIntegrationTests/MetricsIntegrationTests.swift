@@ -27,16 +27,6 @@ struct MetricsIntegrationTests {
         return out
     }
 
-    func pairWatch(_ host: MockedHost) throws {
-        try host.addDevice(watch)
-        let scans = host.adapterCalls("StartDiscovery")
-        let pairing = host.start(MockedHost.pairctlBin, ["pair", watch, "--timeout", "5"])
-        try host.advertise(watch, afterDiscoveries: scans)
-        try waitFor("paird to call Connect after pairing", deadline: 20) { host.calls("Connect") >= 1 }
-        try host.setDevice(watch, "'ServicesResolved': True")
-        try host.must(pairing.finish(), "pairctl pair")
-    }
-
     @Test("[Metrics] Textfile: paird writes connected, the drop by reason and the reconnect; promtool accepts the file")
     func textfile() throws {
         let host = try MockedHost()
@@ -47,7 +37,7 @@ struct MetricsIntegrationTests {
         try waitFor("the textfile", deadline: 10) { FileManager.default.fileExists(atPath: prom) }
         #expect(samples(prom)["paird_bluetoothd_crashes_total"] == 0)
 
-        try pairWatch(host)
+        try host.pairWatchOK()
         let l = #"address="00:AA:01:01:00:01",name="Watch""#
         try waitFor("connected 1 in the textfile", deadline: 10) { samples(prom)["paird_wearable_connected{\(l)}"] == 1 }
 
@@ -103,7 +93,7 @@ struct MetricsIntegrationTests {
         try "[Health]\nFirstDataTimeout = 0\n[Metrics]\nTextfile = \(textDir.path)/paird.prom\nInterval = 1\n"
             .write(toFile: host.dir.appendingPathComponent("paird.conf").path, atomically: true, encoding: .utf8)
         try host.startPaird()
-        try pairWatch(host)
+        try host.pairWatchOK()
         try waitFor("connected", deadline: 10) { host.state() == "connected" }
         try host.setDevice(watch, "'Connected': False, 'ServicesResolved': False")
         try waitFor("waitingForDevice", deadline: 10) { host.state() == "waitingForDevice" }

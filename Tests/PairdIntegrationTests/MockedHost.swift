@@ -36,32 +36,50 @@ final class MockedHost {
         bus = try PrivateDBusDaemon(kind: .system, prefix: "paird-it-bus")
         address = bus.address
 
-        let mock = Process()
-        mock.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        mock.arguments = ["-m", "dbusmock", "--system", "--template", "bluez5"]
-        mock.environment = env
-        mock.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
-        try mock.run()
-        processes.append(mock)
-        try waitFor("org.bluez on the private bus", deadline: 15) {
-            self.python("import dbus; dbus.SystemBus().get_name_owner('org.bluez')").status == 0
-        }
+        try startMock(template: "bluez5", name: "org.bluez")
         try must(python("b.get_object('org.bluez', '/').AddAdapter('hci0', 'host', dbus_interface='org.bluez.Mock')"))
+    }
+
+    /// Pairs the mock's watch with the real pairctl (`pair ADDRESS`): the scan hears it advertise,
+    /// paird pairs and connects, and the mock plays BlueZ's part (ServicesResolved). Returns
+    /// pairctl's result; `added`: the device is already on the mock. `gattServices`: the UUIDs
+    /// BlueZ lists once services resolve (the template's Pair swaps them for classic profiles),
+    /// sent with ServicesResolved in one signal as bluetoothd may.
+    @discardableResult
+    func pairWatch(added: Bool = false, gattServices: [String]? = nil) throws -> Ran {
+        if !added { try addDevice(Self.watch) }
+        let scans = adapterCalls("StartDiscovery")
+        let pairing = start(Self.pairctlBin, ["pair", Self.watch, "--timeout", "5"])
+        try advertise(Self.watch, afterDiscoveries: scans)
+        try waitFor("paird to call Connect after pairing", deadline: 20) { self.calls("Connect") >= 1 }
+        let uuids = gattServices.map { ", 'UUIDs': dbus.Array([\($0.map { "'\($0)'" }.joined(separator: ", "))], signature='s')" } ?? ""
+        try setDevice(Self.watch, "'ServicesResolved': True\(uuids)")
+        return pairing.finish()
+    }
+
+    /// `pairWatch()`, failing unless pairctl exits 0.
+    func pairWatchOK() throws {
+        try must(pairWatch(), "pairctl pair")
     }
 
     /// python-dbusmock's `logind` template as org.freedesktop.login1 (Inhibit hands out a pipe
     /// and lists the inhibitor until its end is closed; PrepareForSleep is sent by `EmitSignal`).
     /// It does not reproduce logind's own waiting on delay inhibitors, nor a real sleep.
     func startLogind() throws {
+        try startMock(template: "logind", name: "org.freedesktop.login1")
+    }
+
+    /// A python-dbusmock `template` on the private bus, once it owns `name`.
+    private func startMock(template: String, name: String) throws {
         let mock = Process()
         mock.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        mock.arguments = ["-m", "dbusmock", "--system", "--template", "logind"]
+        mock.arguments = ["-m", "dbusmock", "--system", "--template", template]
         mock.environment = env
         mock.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
         try mock.run()
         processes.append(mock)
-        try waitFor("org.freedesktop.login1 on the private bus", deadline: 15) {
-            self.python("import dbus; dbus.SystemBus().get_name_owner('org.freedesktop.login1')").status == 0
+        try waitFor("\(name) on the private bus", deadline: 15) {
+            self.python("import dbus; dbus.SystemBus().get_name_owner('\(name)')").status == 0
         }
     }
 

@@ -156,24 +156,12 @@ struct PairctlTruthsTests {
         #expect(malformed != nil && malformed?["heartRate"] == nil, "\(j.out)")
     }
 
-    /// Pairs the mock's watch through pairctl (as IntegrationTests.pairWatch does).
-    static func pairWatch(_ host: MockedHost) throws {
-        try host.addDevice(MockedHost.watch)
-        let scans = host.adapterCalls("StartDiscovery")
-        let pairing = host.start(MockedHost.pairctlBin, ["pair", MockedHost.watch, "--timeout", "5"])
-        try host.advertise(MockedHost.watch, afterDiscoveries: scans)
-        try waitFor("paird to call Connect after pairing", deadline: 20) { host.calls("Connect") >= 1 }
-        try host.setDevice(MockedHost.watch, "'ServicesResolved': True")
-        let r = pairing.finish()
-        if r.status != 0 { throw Failure("pairctl pair: \(r.status) \(r.err)") }
-    }
-
     @Test("status WEARABLE by address (any case) or name (any case); unknown: exit 7; list has a header, --no-legend drops it")
     func oneWearable() throws {
         let host = try MockedHost()
         #expect(host.pairctl("status", "Watch").status == 3, "paird down: 3, as for status")
         try host.startPaird()
-        try Self.pairWatch(host)
+        try host.pairWatchOK()
         let watch = MockedHost.watch
         for name in [watch.lowercased(), watch, "Watch", "WATCH"] {
             let r = host.pairctl("status", name)

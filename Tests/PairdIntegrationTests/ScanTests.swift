@@ -40,7 +40,7 @@ struct ScanTests {
     func heardDuringTheScan() throws {
         let host = try MockedHost()
         try host.startPaird()
-        try PairctlTruthsTests.pairWatch(host)
+        try host.pairWatchOK()
         // BlueZ remembers two more: one advertises during the scan, one stays in its drawer (the
         // mock gives every added device an RSSI: one from before the scan, not heard in it).
         try host.addDevice(Self.strap, name: "Strap")

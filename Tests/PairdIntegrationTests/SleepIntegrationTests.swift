@@ -12,22 +12,12 @@ import Testing
 struct SleepIntegrationTests {
     let watch = MockedHost.watch
 
-    func pairWatch(_ host: MockedHost) throws {
-        try host.addDevice(watch)
-        let scans = host.adapterCalls("StartDiscovery")
-        let pairing = host.start(MockedHost.pairctlBin, ["pair", watch, "--timeout", "5"])
-        try host.advertise(watch, afterDiscoveries: scans)
-        try waitFor("paird to call Connect after pairing", deadline: 20) { host.calls("Connect") >= 1 }
-        try host.setDevice(watch, "'ServicesResolved': True")
-        try host.must(pairing.finish(), "pairctl pair")
-    }
-
     @Test("a delay inhibitor held; before the sleep the link let go (Disconnect) and the inhibitor released; after it, taken again; status and journal say so")
     func sleepAndResume() throws {
         let host = try MockedHost()
         try host.startLogind()
         try host.startPaird()
-        try pairWatch(host)
+        try host.pairWatchOK()
         try waitFor("paird's delay inhibitor", deadline: 10) { host.inhibitors() == ["sleep paird delay"] }
 
         let disconnects = host.calls("Disconnect")
@@ -56,7 +46,7 @@ struct SleepIntegrationTests {
         let host = try MockedHost()
         try host.startLogind()
         try host.startPaird()
-        try pairWatch(host)
+        try host.pairWatchOK()
         try waitFor("paird's delay inhibitor", deadline: 10) { host.inhibitors() == ["sleep paird delay"] }
         // Anyone may emit a signal with logind's interface and path from their own connection.
         let r = host.python("""
