@@ -13,7 +13,7 @@ extension Daemon {
         }
         switch event {
         case .adapterReady:
-            feed(.adapterReady(bluez.views(for: Array(machine.devices.keys))))
+            feed(.adapterReady(bluez.views(for: Array(machine.devices.keys) + machine.leftoverPairAddresses)))
             markReadyIfNeeded()
         case .adapterGone(let reason):
             log.info("adapter unavailable: \(reason)")
@@ -25,6 +25,9 @@ extension Daemon {
             if info.isBonded, case .needsRepair? = machine.device(info.address)?.state {
                 feed(.bondedDeviceAppeared(info.address))
             }
+            // An object that appears connected is a link up: after a crash the new bluetoothd
+            // makes one for each link the kernel kept (a leftover pairing's among them).
+            if info.connected, machine.device(info.address) == nil { feed(.linkUp(info.address)) }
             guard let p = machine.pairing, case .scanning = p.phase else { return }
             feed(.candidateFound(info.candidate))
         case .linkUp(let a):

@@ -191,6 +191,15 @@ public struct PairingSession: Sendable, Hashable {
             case .settling: "connecting"
             }
         }
+
+        /// The wearable this phase is about (none while scanning).
+        public var address: DeviceAddress? {
+            switch self {
+            case .scanning: nil
+            case .removingBond(let a), .settling(let a): a
+            case .pairing(let c, _, _): c.address
+            }
+        }
     }
 
     /// A scan that finds nothing is stopped every `restartInterval` and started again

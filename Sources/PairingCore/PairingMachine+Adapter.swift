@@ -28,7 +28,7 @@ extension PairingMachine {
                 break // already in step with BlueZ
             }
         }
-        cleanUpLeftoverPairs(now, &actions)
+        cleanUpLeftoverPairs(views, now, &actions)
         releaseOnTrial(now, &actions)
         bluetoothd.crashedSinceReady = false
         bluetoothd.leftSinceReady = false

@@ -10,7 +10,10 @@ extension PairingMachine {
     // MARK: Link events
 
     mutating func linkUp(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
-        guard let i = slot[a] else { return }
+        guard let i = slot[a] else {
+            leftoverLinkUp(a, now, &actions)
+            return
+        }
         slots[i].ownDrop = nil // a new link: the old one went down unseen
         let fresh = Link(upAt: now)
         // Every fresh link gets the resolve countdown (a link whose ATT answers stall, or the

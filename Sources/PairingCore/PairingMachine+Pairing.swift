@@ -234,14 +234,41 @@ extension PairingMachine {
     }
 
     /// The adapter is back: what abandoned pairs may have left on the new bluetoothd (see
-    /// `leftoverPairs`) goes. A device paired meanwhile (managed again) is left alone.
-    mutating func cleanUpLeftoverPairs(_ now: Moment, _ actions: inout [Action]) {
-        for (a, at) in leftoverPairs.sorted(by: { $0.key < $1.key }) where slot[a] == nil && now.since(at) < Self.leftoverPairWindow {
-            actions.append(.disconnect(a))
-            actions.append(.removeDevice(a))
+    /// `leftoverPairs`) goes. A device paired meanwhile (managed again) is left alone. The new
+    /// bluetoothd may show the kernel's kept link only after its adapter (its device object made
+    /// from the kernel's connection list, when the crash took the bond before it was stored): a
+    /// leftover without an object yet waits for it, within its window (`leftoverLinkUp`).
+    mutating func cleanUpLeftoverPairs(_ views: [DeviceAddress: BlueZDeviceView], _ now: Moment, _ actions: inout [Action]) {
+        for (a, at) in leftoverPairs.sorted(by: { $0.key < $1.key }) {
+            guard slot[a] == nil, now.since(at) < Self.leftoverPairWindow else {
+                leftoverPairs[a] = nil
+                continue
+            }
+            if views[a]?.exists == true { removeLeftover(a, &actions) }
         }
-        leftoverPairs = [:]
     }
+
+    /// A link up to an address paird does not manage: a leftover pair's link that the new
+    /// bluetoothd reported after its adapter goes, unless a pairing is at that address now.
+    mutating func leftoverLinkUp(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
+        guard adapterUp, slot[a] == nil, let at = leftoverPairs[a] else { return }
+        guard now.since(at) < Self.leftoverPairWindow else {
+            leftoverPairs[a] = nil
+            return
+        }
+        if let p = pairing, p.phase.address == a { return }
+        removeLeftover(a, &actions)
+    }
+
+    private mutating func removeLeftover(_ a: DeviceAddress, _ actions: inout [Action]) {
+        leftoverPairs[a] = nil
+        actions.append(.disconnect(a))
+        actions.append(.removeDevice(a))
+    }
+
+    /// Leftover pairs still waiting for the next bluetoothd to show their link (the daemon
+    /// includes them in `adapterReady`'s views).
+    public var leftoverPairAddresses: [DeviceAddress] { leftoverPairs.keys.sorted() }
 
     func isPairing(_ a: DeviceAddress, _ call: UInt64) -> Bool {
         if let p = pairing, case .pairing(let c, call, _) = p.phase, c.address == a { true } else { false }

@@ -250,12 +250,54 @@ struct PairingScenarioTests {
         }
         #expect(out.contains(.removeDevice(watch)), "cleaned up at once too (sent to a bluetoothd going away)")
         h.send(.bluetoothdBack)
-        out = h.send(.adapterReady([:]))
-        #expect(out.contains(.disconnect(watch)) && out.contains(.removeDevice(watch)),
+        #expect(h.machine.leftoverPairAddresses == [watch], "its view is asked for at the adapter's return")
+        out = h.send(.adapterReady([watch: BlueZDeviceView(bonded: true, connected: true)]))
+        #expect(Array(out.prefix(2)) == [.disconnect(watch), .removeDevice(watch)],
                 "the kernel kept the link: the next bluetoothd's device goes, so the wearable advertises again")
         #expect(h.machine.devices.isEmpty)
         h.send(.adapterLost)
-        #expect(!h.send(.adapterReady([:])).contains(.removeDevice(watch)), "once")
+        #expect(!h.send(.adapterReady([watch: BlueZDeviceView(bonded: true, connected: true)])).contains(.removeDevice(watch)), "once")
+        #expect(h.send(.linkUp(watch)).isEmpty, "once")
+    }
+
+    @Test("the next bluetoothd shows the kernel's kept link of an abandoned pairing only after its adapter: that link goes when it shows, once")
+    func crashDuringPairLinkShownLate() {
+        var h = readyHarness()
+        h.send(.userPair(PairRequest(serviceUUIDs: [hr])))
+        h.send(.candidateFound(Candidate(address: watch, rssi: -60, serviceUUIDs: [hr])))
+        let call = h.lastPairCall!
+        h.send(.bluetoothdLeft)
+        h.send(.adapterLost)
+        h.send(.pairFailed(watch, call: call, .noReply))
+        h.send(.bluetoothdBack)
+        var out = h.send(.adapterReady([watch: .absent]))
+        #expect(!out.contains(.removeDevice(watch)) && !out.contains(.disconnect(watch)),
+                "no object yet (the bond was never stored): nothing to remove, and nothing to wait on either")
+        h.advance(.seconds(3))
+        out = h.send(.linkUp(watch))
+        #expect(out == [.disconnect(watch), .removeDevice(watch)], "its object appeared connected: it goes, so the wearable advertises again")
+        #expect(h.machine.devices.isEmpty)
+        #expect(h.send(.linkUp(watch)).isEmpty, "once")
+        #expect(h.machine.leftoverPairAddresses.isEmpty)
+    }
+
+    @Test("a leftover's link is not dropped while a new pairing is at that address, nor after its window")
+    func leftoverLinkSpared() {
+        var h = readyHarness()
+        h.send(.userPair(PairRequest(serviceUUIDs: [hr])))
+        h.send(.candidateFound(Candidate(address: watch, rssi: -60, serviceUUIDs: [hr])))
+        h.send(.bluetoothdLeft)
+        h.send(.adapterLost)
+        h.send(.pairFailed(watch, call: h.lastPairCall!, .noReply))
+        h.send(.bluetoothdBack)
+        h.send(.adapterReady([watch: .absent]))
+        h.send(.userPair(PairRequest(serviceUUIDs: [hr])))
+        h.send(.candidateFound(Candidate(address: watch, rssi: -60, serviceUUIDs: [hr])))
+        #expect(!h.send(.linkUp(watch)).contains(.removeDevice(watch)), "the new pairing's own link")
+        h.send(.userCancelPairing)
+        h.advance(.seconds(121))
+        #expect(!h.send(.linkUp(watch)).contains(.removeDevice(watch)), "past the window: someone else's link")
+        #expect(h.machine.leftoverPairAddresses.isEmpty)
     }
 
     @Test("a Pair() without reply long before the adapter's next return leaves nothing for it")
