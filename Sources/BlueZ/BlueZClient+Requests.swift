@@ -13,6 +13,17 @@ extension BlueZClient {
         call(path, Iface.device, "Connect", timeout: timeout) { reply(Self.failure($0)) }
     }
 
+    /// `Adapter1.Powered` (a power cycle's two halves). BlueZ refuses `true` while rfkill blocks
+    /// the adapter (`org.bluez.Error.Blocked`): paird never lifts a block a person set.
+    public func setAdapterPowered(_ on: Bool, reply: @escaping (BlueZFailure?) -> Void) {
+        guard let adapterPath, cache[adapterPath] != nil else {
+            loop.enqueue { reply(.adapterUnavailable) }
+            return
+        }
+        call(adapterPath, "org.freedesktop.DBus.Properties", "Set",
+             [.string(Iface.adapter), .string("Powered"), .variant(.bool(on))]) { reply(Self.failure($0)) }
+    }
+
     public func disconnect(_ address: DeviceAddress, reply: @escaping (BlueZFailure?) -> Void) {
         guard let path = targetPath(address, reply) else { return }
         dropsRequested.insert(address)

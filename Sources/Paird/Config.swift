@@ -60,7 +60,7 @@ public struct DaemonConfig: Sendable, Equatable {
         var warnings: [String] = []
         var errors: [Error] = []
         var section = ""
-        var backoffMaxLine = 0, backoffInitialLine = 0, batteryLine = 0
+        var backoffMaxLine = 0, backoffInitialLine = 0, batteryLine = 0, resumeLine = 0
         for (n, raw) in text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).enumerated() { // "\r\n" is one Character
           do throws(Error) {
             let lineNo = n + 1
@@ -104,6 +104,11 @@ public struct DaemonConfig: Sendable, Equatable {
             case ("Connection", "AbsentAfter"): c.machine.absentAfter = try seconds(1...300)
             case ("Connection", "AutoConnectHeadStart"): c.machine.autoConnectHeadStart = try seconds(0...300)
             case ("Connection", "ProofWindow"): c.machine.proofWindow = try seconds(1...3600)
+            case ("Sleep", "ResumeDeadlineFloor"): c.machine.resumeDeadlineFloor = try seconds(1...3600); resumeLine = lineNo
+            case ("Sleep", "ResumeDeadlineCeiling"): c.machine.resumeDeadlineCeiling = try seconds(1...3600); resumeLine = lineNo
+            case ("Sleep", "ResumePowerCycles"):
+                guard let v = Int(value), (0...100).contains(v) else { throw fail("ResumePowerCycles must be a whole number in 0…100, got \"\(value)\"") }
+                c.machine.resumePowerCycles = v
             case ("Connection", "SetupFailuresBeforeRepair"):
                 guard let v = Int(value), (1...100).contains(v) else { throw fail("SetupFailuresBeforeRepair must be a whole number in 1…100, got \"\(value)\"") }
                 c.machine.setupFailuresBeforeRepair = v
@@ -166,6 +171,9 @@ public struct DaemonConfig: Sendable, Equatable {
             // the later of the two keys set is the one that made the pair inconsistent
             errors.append(Error(file: file, line: max(backoffMaxLine, backoffInitialLine), reason: "BackoffMax (\(c.machine.backoff.maximum)) is below BackoffInitial (\(c.machine.backoff.initial))"))
         }
+        if c.machine.resumeDeadlineCeiling < c.machine.resumeDeadlineFloor {
+            errors.append(Error(file: file, line: resumeLine, reason: "ResumeDeadlineCeiling (\(c.machine.resumeDeadlineCeiling)) is below ResumeDeadlineFloor (\(c.machine.resumeDeadlineFloor))"))
+        }
         if let low = c.alerts.thresholds.batteryLow, low + c.alerts.thresholds.batteryHysteresis > 100 {
             errors.append(Error(file: file, line: batteryLine, reason: "BatteryLow (\(low)) + BatteryHysteresis (\(c.alerts.thresholds.batteryHysteresis)) is above 100: the low-battery alert would never be re-armed"))
         }
@@ -180,6 +188,7 @@ public struct DaemonConfig: Sendable, Equatable {
                        "AutoConnectHeadStart", "AbsentAfter", "FastAttempts", "SetupFailuresBeforeRepair", "ProofWindow"],
         "Notifications": ["Subscribe", "Battery"],
         "Health": ["FirstDataTimeout", "SilencePeriods", "SilenceMinimum", "ProbeTimeout", "ResubscribesPerLink"],
+        "Sleep": ["ResumeDeadlineFloor", "ResumeDeadlineCeiling", "ResumePowerCycles"],
         "History": ["MaxAgeDays", "MaxRecords"],
         "Metrics": ["Textfile", "Interval"],
         "Alerts": ["BatteryLow", "BatteryHysteresis", "AwayLongerThan", "NoDataFor", "DispatcherDir", "DispatcherTimeout"],

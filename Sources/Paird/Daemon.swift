@@ -340,6 +340,8 @@ public final class Daemon {
                 log.info("\(a): probe: \(result)")
                 feed(.probeFinished(a, call: call, result))
             }
+        case .powerCycleAdapter:
+            powerCycleAdapter()
         case .setTrusted(let a, let trusted):
             bluez.setTrusted(a, trusted) { [unowned self] failure in
                 if let failure { log.warning("setting Trusted=\(trusted) on \(a) failed: \(failure.token)") }

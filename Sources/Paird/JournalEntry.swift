@@ -17,6 +17,16 @@ struct JournalEntry {
             let n = r.attempt ?? 0
             message = n == 0 ? "\(who) reconnected (the kernel's auto-connect)" : "\(who) reconnected after \(n) Connect attempt(s)"
         case .hostAsleep: message = "\(who) let go: the host is going to sleep; paird brings it back after the resume"
+        case .resumeEscalation:
+            let step = r.reason.flatMap { $0.split(separator: " ").first.map(String.init) }.flatMap(ResumeStep.init(rawValue:))
+            let detail = r.reason.map { String($0.drop { $0 != " " }).trimmingPrefix(" ") } ?? ""
+            switch step {
+            case .autoConnect?: message = "after the resume: the auto-connect registered again; paird's Connect() follows the head start"
+            case .away?: message = "\(who) not back after the resume \(detail), while another one is (or the adapter was power-cycled): away, waiting for it"
+            case .powerCycle?: message = "\(who) not back after the resume, nor any other wearable: power-cycling the adapter (\(detail))"
+            case .capReached?: message = "\(who) not back after the resume, nor any other: no power cycle, as many in a row brought nothing back (\(detail)); waiting"
+            case nil: message = "after the resume: \(r.reason ?? "?")"
+            }
         case .linkLost: message = "\(who) link lost (\(r.reason ?? "unknown")), waiting for it to come back"
         case .needsRepair: message = "\(who) needs re-pairing (\(r.reason ?? "bond lost")): run pairctl pair \(r.device.map { "\($0)" } ?? "")"
         case .unpaired: message = "\(who) unpaired"
@@ -34,6 +44,7 @@ struct JournalEntry {
         case .needsRepair, .pairingFailed, .pairingRefused, .characteristicMissing: priority = .warning
         case .linkLost, .adapterLost, .paired, .connected, .reconnected, .unpaired, .userDisconnected: priority = .notice
         case .stateChanged, .hostAsleep: priority = .info
+        case .resumeEscalation: priority = r.reason?.hasPrefix(ResumeStep.powerCycle.rawValue + " ") == true ? .warning : .notice
         }
         fields = [
             ("PAIRD_DEVICE", r.device?.description ?? ""),

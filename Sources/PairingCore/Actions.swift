@@ -32,6 +32,9 @@ public enum Action: Sendable, Hashable {
     /// Make the registered GattProfile1 list exactly these service UUIDs (re-register if they
     /// differ), so the kernel's LE auto-connect is armed for every wearable we pursue.
     case updateAutoConnect([String])
+    /// Adapter1.Powered false, then true: the last step after a resume that brought no wearable
+    /// back (`PairingMachine+Sleep`), capped.
+    case powerCycleAdapter
 
     // bluetoothd and systemd.
     /// Ask systemd (`org.freedesktop.systemd1`) for `bluetooth.service`'s ActiveState, Result,
@@ -69,6 +72,11 @@ public struct Report: Sendable, Hashable {
         /// The host is going to sleep: the wearable's link is let go (`reason` host-asleep). Not a
         /// link loss, and not counted against the wearable.
         case hostAsleep
+        /// A step after the host's resume, for the wearables linked at the sleep (`reason`: the
+        /// step, `ResumeStep`): the auto-connect re-registered and paird's Connect() after the
+        /// head start; at a wearable's learned deadline, away (others are back), or the adapter
+        /// power-cycled, or that step's cap reached.
+        case resumeEscalation
     }
 
     public var kind: Kind
@@ -292,6 +300,14 @@ public struct MachineConfig: Sendable, Hashable {
     /// Connect(); 0 = Connect() at once. A Connect() racing the auto-connect to a wearable that is
     /// coming up stalls or breaks the link (testbed.md; soak, bluetoothd restarts).
     public var autoConnectHeadStart: Duration = .seconds(5)
+    /// After the host's resume, a wearable linked at the sleep is expected back within twice its
+    /// slowest of its last returns (`HostWatch.returnSamples`), kept within these (the ceiling
+    /// until it has returned once). Past it, with no wearable back, the adapter is power-cycled.
+    public var resumeDeadlineFloor: Duration = .seconds(10)
+    public var resumeDeadlineCeiling: Duration = .seconds(60)
+    /// Power cycles after resumes since a wearable last came back on its own in time, before
+    /// paird stops trying them (until one does again); 0: never.
+    public var resumePowerCycles: Int = 2
     /// A connect failure that took at least this long means nobody answered: the device is away.
     public var absentAfter: Duration = .seconds(20)
     /// Links in a row that come up but drop within `proofWindow` without the wearable ever

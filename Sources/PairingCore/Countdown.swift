@@ -4,12 +4,15 @@ public enum CountdownOwner: Sendable, Hashable, CustomStringConvertible {
     case pairing
     /// bluetoothd's watch (`BluetoothdWatch`): asking systemd again, or starting it again.
     case bluetoothd
+    /// The host's sleep (`HostWatch`): the deadline for the wearables' return after a resume.
+    case host
 
     public var description: String {
         switch self {
         case .device(let a): "\(a)"
         case .pairing: "pairing"
         case .bluetoothd: "bluetoothd"
+        case .host: "host"
         }
     }
 }
@@ -31,6 +34,7 @@ public enum CountdownPurpose: String, Sendable, Hashable, CaseIterable {
     case settle            // pairing: the paired wearable must reach `connected` by then
     case unitQuery         // bluetoothd left: ask systemd again (it had not settled the unit)
     case bluetoothdStart   // bluetoothd crashed: start it again (bus activation) then
+    case resumeDeadline    // the host woke up: a wearable linked at the sleep must be back by then, or the escalation goes on
 }
 
 /// A countdown is data carried by the timed state that armed it. The runtime arms a timer for it

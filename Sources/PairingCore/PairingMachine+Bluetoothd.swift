@@ -165,7 +165,7 @@ extension PairingMachine {
     /// One on trial is cleared, and the next one disarmed with it is let back.
     mutating func linkSetUp(_ i: Int, _ now: Moment, _ actions: inout [Action]) {
         let a = slots[i].address
-        backAfterSleep(a, now)
+        backAfterSleep(a, now, &actions)
         if slots[i].bluetoothdCrashedOnLink {
             slots[i].bluetoothdCrashedOnLink = false
             actions.append(.persist)

@@ -111,6 +111,8 @@ extension PairingMachine {
         switch id.owner {
         case .bluetoothd:
             bluetoothdCountdownFired(id, now, &actions)
+        case .host:
+            resumeDeadlineFired(id, now, &actions)
         case .pairing:
             guard let p = pairing else { return }
             if case .scanning(let restart) = p.phase, restart.countdown.id == id {

@@ -22,6 +22,7 @@ extension PairingMachine {
             guard let i = slot[a], slots[i].wanted == .connected, slots[i].state.isPursuing else { continue }
             sleep.awaited.append(a)
             guard slots[i].state.link != nil else { continue } // not linked: nothing to let go
+            sleep.linked.append(a)
             letGoForSleep(i, now, &actions)
             actions.append(.disconnect(a))
         }
@@ -32,6 +33,7 @@ extension PairingMachine {
         guard host.asleep else { return }
         host.asleep = false
         host.lastSleep?.resumedAt = now
+        armResumeDeadline(now, &actions)
         // An adapter that went with the sleep (a USB dongle reset at resume) comes back through
         // `adapterReady`, which reconciles every wearable anyway.
         guard adapterUp else { return }
@@ -40,6 +42,80 @@ extension PairingMachine {
             restoreConnect(i, now, &actions, reason: "host-resumed")
         }
         actions.append(.updateAutoConnect(autoConnectUUIDs))
+        if host.lastSleep?.expected.isEmpty == false {
+            escalate(.autoConnect, device: nil, now, &actions)
+        }
+    }
+
+    // MARK: The escalation after a resume
+
+    /// How long after a resume wearable `a` may take before the escalation goes on: twice the
+    /// slowest of its last returns, within the floor and the ceiling; the ceiling until it has
+    /// returned once.
+    public func resumeDeadline(_ a: DeviceAddress) -> Duration {
+        let floor = config.resumeDeadlineFloor, ceiling = config.resumeDeadlineCeiling
+        guard let slowest = host.returns[a]?.max() else { return ceiling }
+        return min(max(.fractionalSeconds(slowest * 2), floor), ceiling)
+    }
+
+    /// The next deadline of a wearable linked at the sleep that is not back and not yet judged.
+    mutating func armResumeDeadline(_ now: Moment, _ actions: inout [Action]) {
+        if let c = host.deadline { actions.append(.cancel(c.id)) }
+        host.deadline = nil
+        guard let s = host.lastSleep, let woke = s.resumedAt else { return }
+        let pending = s.expected.filter { s.backTimes[$0] == nil && !s.judged.contains($0) }
+        guard let next = pending.map({ woke + resumeDeadline($0) }).min() else { return }
+        let c = countdown(.host, .resumeDeadline, max(next, now))
+        host.deadline = c
+        actions.append(.arm(c))
+    }
+
+    /// A wearable linked at the sleep is past its deadline and not back. If another one is back,
+    /// the adapter works: this one is away, and waits as any away wearable (no escalation). If
+    /// none is, the adapter is power-cycled once for this resume, unless `resumePowerCycles`
+    /// resumes were power-cycled since a wearable last came back on its own: then paird says so
+    /// and waits.
+    mutating func resumeDeadlineFired(_ id: Countdown.ID, _ now: Moment, _ actions: inout [Action]) {
+        guard host.deadline?.id == id, var s = host.lastSleep, let woke = s.resumedAt else { return }
+        host.deadline = nil
+        let late = s.expected.filter { s.backTimes[$0] == nil && !s.judged.contains($0) && now >= woke + resumeDeadline($0) }
+        s.judged.formUnion(late)
+        host.lastSleep = s
+        let stillWanted = late.filter { a in slot[a].map { slots[$0].wanted == .connected && slots[$0].state.isPursuing } ?? false }
+        if !stillWanted.isEmpty, !host.asleep {
+            if !s.backTimes.isEmpty || !adapterUp {
+                // Another one is back (the adapter works), or the adapter is away on its own path.
+                for a in stillWanted { escalate(.away, device: a, now, &actions) }
+            } else if s.poweredCycled {
+                for a in stillWanted { escalate(.away, device: a, now, &actions) }
+            } else if host.powerCyclesInVain >= config.resumePowerCycles {
+                escalate(.capReached, device: stillWanted.first, now, &actions)
+            } else {
+                host.lastSleep?.poweredCycled = true
+                host.powerCyclesInVain += 1
+                escalate(.powerCycle, device: stillWanted.first, now, &actions)
+                actions.append(.powerCycleAdapter)
+            }
+        }
+        armResumeDeadline(now, &actions)
+    }
+
+    static func tenths(_ d: Duration) -> String {
+        let t = Int((d.seconds * 10).rounded())
+        return "\(t / 10).\(t % 10)"
+    }
+
+    mutating func escalate(_ step: ResumeStep, device: DeviceAddress?, _ now: Moment, _ actions: inout [Action]) {
+        host.lastSleep?.steps.append(step)
+        let name = device.flatMap { slot[$0] }.map { slots[$0].identity.name } ?? ""
+        var detail = step.rawValue
+        if step == .powerCycle || step == .capReached {
+            detail += " \(host.powerCyclesInVain)/\(config.resumePowerCycles)"
+        }
+        if let a = device, let woke = host.lastSleep?.resumedAt {
+            detail += " after \(Self.tenths(now.since(woke))) s (deadline \(Self.tenths(resumeDeadline(a))) s)"
+        }
+        actions.append(.report(Report(kind: .resumeEscalation, device: device, name: name, reason: detail)))
     }
 
     /// The link of slot `i` went with the host's sleep: the host is asleep, or woke up less than
@@ -64,9 +140,17 @@ extension PairingMachine {
     }
 
     /// A link reached `connected`: the first time since the resume counts as its return.
-    mutating func backAfterSleep(_ a: DeviceAddress, _ now: Moment) {
-        guard let s = host.lastSleep, s.resumedAt != nil, s.awaited.contains(a), s.backTimes[a] == nil else { return }
+    mutating func backAfterSleep(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
+        guard let s = host.lastSleep, let woke = s.resumedAt, s.awaited.contains(a), s.backTimes[a] == nil else { return }
         host.lastSleep?.backTimes[a] = now
+        guard s.expected.contains(a), !s.judged.contains(a) else { return }
+        armResumeDeadline(now, &actions)
+        // Back on its own, in time: the adapter came through this resume unaided. Power cycles
+        // count from zero again, and the return time is learned (not one after a power cycle).
+        guard !s.poweredCycled else { return }
+        host.powerCyclesInVain = 0
+        host.returns[a, default: []].append(now.since(woke).seconds)
+        if host.returns[a]!.count > HostWatch.returnSamples { host.returns[a]!.removeFirst() }
     }
 }
 
@@ -76,7 +160,28 @@ public struct HostWatch: Sendable, Hashable {
     /// Between `PrepareForSleep(true)` and `PrepareForSleep(false)`.
     public internal(set) var asleep = false
     public internal(set) var lastSleep: HostSleep?
+    /// Each wearable's last returns after a resume, in seconds (`resumeDeadline`).
+    public internal(set) var returns: [DeviceAddress: [Double]] = [:]
+    public static let returnSamples = 5
+    /// Power cycles since a wearable last came back after a resume on its own, in time
+    /// (`MachineConfig.resumePowerCycles`): a controller that needs one at every resume is
+    /// power-cycled that many times, then left to the wearables' own reconnects, and said so.
+    public internal(set) var powerCyclesInVain = 0
+    /// The armed resume deadline, if any.
+    var deadline: Countdown?
     public init() {}
+}
+
+/// The steps after a resume, in their order (each one a journal entry, `Report.Kind.resumeEscalation`).
+public enum ResumeStep: String, Sendable, Hashable {
+    /// The auto-connect registered again, paird's Connect() after the head start.
+    case autoConnect = "auto-connect-and-connect"
+    /// Past its deadline while another one is back (or after the power cycle): away, waited for.
+    case away
+    /// Past its deadline and nothing back: the adapter power-cycled.
+    case powerCycle = "power-cycle"
+    /// …but that many power cycles in a row brought nothing back: not again.
+    case capReached = "power-cycle-cap-reached"
 }
 
 /// One sleep of the host, as paird saw it.
@@ -86,6 +191,13 @@ public struct HostSleep: Sendable, Hashable {
     /// The wanted wearables when it went to sleep, and when each was connected again.
     public var awaited: [DeviceAddress] = []
     public var backTimes: [DeviceAddress: Moment] = [:]
+    /// Those linked when it went to sleep: expected back after the resume (the escalation's).
+    public var linked: [DeviceAddress] = []
+    public var expected: [DeviceAddress] { linked }
+    /// Past their deadline (judged once each), the steps taken, whether the adapter was power-cycled.
+    public var judged: Set<DeviceAddress> = []
+    public var steps: [ResumeStep] = []
+    public var poweredCycled = false
     public init(at: Moment, resumedAt: Moment? = nil, awaited: [DeviceAddress] = [], backTimes: [DeviceAddress: Moment] = [:]) {
         self.at = at
         self.resumedAt = resumedAt

@@ -47,6 +47,18 @@ struct ConfigTests {
         }
     }
 
+    @Test("[Sleep]: the resume deadline's floor and ceiling and the power-cycle cap are read; a ceiling below the floor is refused")
+    func sleepKeys() throws {
+        let (c, _) = try DaemonConfig.parse("[Sleep]\nResumeDeadlineFloor = 4\nResumeDeadlineCeiling = 30\nResumePowerCycles = 0\n", file: "s.conf")
+        #expect(c.machine.resumeDeadlineFloor == .seconds(4) && c.machine.resumeDeadlineCeiling == .seconds(30))
+        #expect(c.machine.resumePowerCycles == 0)
+        let error = #expect(throws: DaemonConfig.Error.self) {
+            try DaemonConfig.parse("[Sleep]\nResumeDeadlineFloor = 40\nResumeDeadlineCeiling = 30\n", file: "s.conf")
+        }
+        #expect(error?.line == 3 && error?.reason.contains("below ResumeDeadlineFloor") == true, "\(String(describing: error))")
+        #expect(throws: DaemonConfig.Error.self) { try DaemonConfig.parse("[Sleep]\nResumePowerCycles = -1\n", file: "s.conf") }
+    }
+
     @Test("a missing file means the defaults, unless it was named explicitly (--config)")
     func missingFile() throws {
         let path = "/nonexistent-\(getpid())/paird.conf"

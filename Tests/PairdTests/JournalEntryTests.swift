@@ -33,8 +33,26 @@ struct JournalEntryTests {
             case .needsRepair, .pairingFailed, .pairingRefused, .characteristicMissing: #expect(p == .warning)
             case .stateChanged, .hostAsleep: #expect(p == .info)
             case .paired, .connected, .reconnected, .linkLost, .unpaired, .userDisconnected, .adapterLost: #expect(p == .notice)
+            case .resumeEscalation: #expect(p == .notice)
             }
         }
+    }
+
+    @Test("the steps after a resume: each its own words; the power cycle a warning")
+    func resumeSteps() {
+        let w = DeviceAddress("00:AA:01:01:00:01")!
+        func entry(_ reason: String, _ d: DeviceAddress? = w) -> JournalEntry {
+            JournalEntry(Report(kind: .resumeEscalation, device: d, name: "Watch", reason: reason))
+        }
+        #expect(entry("auto-connect-and-connect", nil).message
+            == "after the resume: the auto-connect registered again; paird's Connect() follows the head start")
+        let cycle = entry("power-cycle 1/2 after 60.0 s (deadline 60.0 s)")
+        #expect(cycle.message == "Watch (00:AA:01:01:00:01) not back after the resume, nor any other wearable: power-cycling the adapter (1/2 after 60.0 s (deadline 60.0 s))")
+        #expect(cycle.priority == .warning)
+        #expect(cycle.fields.contains { $0.key == "PAIRD_REASON" && $0.value.hasPrefix("power-cycle ") })
+        #expect(entry("away after 12.0 s (deadline 10.0 s)").message
+            == "Watch (00:AA:01:01:00:01) not back after the resume after 12.0 s (deadline 10.0 s), while another one is (or the adapter was power-cycled): away, waiting for it")
+        #expect(entry("power-cycle-cap-reached 2/2 after 60.0 s (deadline 60.0 s)").priority == .notice)
     }
 
     @Test("every report kind has its own MESSAGE_ID, and the catalog explains it")

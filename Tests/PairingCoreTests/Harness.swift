@@ -44,7 +44,8 @@ struct Harness {
             case .pair(_, let call, _): lastPairCall = call
             case .probe(let d, let call, _, _): lastProbeCall[d] = call
             case .disconnect, .setUpLink, .setTrusted, .resubscribe, .removeDevice, .startDiscovery, .stopDiscovery, .restartDiscovery, .cancelPairing, .answerAgent,
-                 .updateAutoConnect, .queryBluetoothdUnit, .startBluetoothd, .bluetoothdReport, .persist, .report, .pairingProgress, .pairingEnded:
+                 .updateAutoConnect, .queryBluetoothdUnit, .startBluetoothd, .bluetoothdReport, .persist, .report, .pairingProgress, .pairingEnded,
+                 .powerCycleAdapter:
                 break
             }
         }
