@@ -41,6 +41,35 @@ struct SleepIntegrationTests {
         #expect(text.out.contains("host: slept"), "\(text.out)")
     }
 
+    @Test("nothing back by its deadline after the resume: the adapter power-cycled once (Powered off, then on), said in the journal; the adapter back")
+    func powerCycleAfterResume() throws {
+        let host = try MockedHost()
+        try host.startLogind()
+        try "[Sleep]\nResumeDeadlineFloor = 1\nResumeDeadlineCeiling = 2\n"
+            .write(toFile: host.dir.appendingPathComponent("paird.conf").path, atomically: true, encoding: .utf8)
+        try host.startPaird()
+        try host.pairWatchOK()
+        // From now on nobody answers the watch's Connect() (BlueZ's answer for an LE connection
+        // the controller gave up on).
+        try host.must(host.python("""
+            b.get_object('org.bluez', '\(host.devicePath(watch))').AddMethod('org.bluez.Device1', 'Connect', '', '',
+                'raise dbus.exceptions.DBusException("le-connection-abort-by-local", name="org.bluez.Error.Failed")',
+                dbus_interface='org.freedesktop.DBus.Mock')
+            """), "override Connect")
+        try host.prepareForSleep(true)
+        try waitFor("the watch let go", deadline: 10) { host.state() == "waitingForDevice" }
+        try host.prepareForSleep(false)
+        try waitFor("the power cycle's end", deadline: 20) { host.log().contains("power cycle: the adapter is powered again") }
+        let log = host.log()
+        #expect(log.contains("after the resume: the auto-connect registered again"), "the first step, in the journal")
+        #expect(log.components(separatedBy: "power-cycling the adapter (1/2").count == 2, "one power cycle: \(log)")
+        #expect(log.contains("adapter unavailable"), "paird saw the adapter go with Powered=false")
+        let powered = host.python("print(b.get_object('org.bluez', '/org/bluez/hci0').Get('org.bluez.Adapter1', 'Powered', dbus_interface='org.freedesktop.DBus.Properties'))")
+        #expect(powered.out.trimmingCharacters(in: .whitespacesAndNewlines) == "1", "the adapter is powered again: \(powered.out) \(powered.err)")
+        try waitFor("paird back on the adapter", deadline: 10) { (try? host.status())?.adapter?.powered == true }
+        #expect(try host.status().devices.first?.wanted == "connected", "still wanted: waited for, not given up")
+    }
+
     @Test("a signal of the same name from another sender is not followed")
     func spoofed() throws {
         let host = try MockedHost()
