@@ -104,12 +104,26 @@ extension BlueZClient {
 
     func selectAdapter() -> String? {
         let adapters = cache.adapterPaths.sorted { ($0.utf8.count, $0) < ($1.utf8.count, $1) }
+        if bindsByAddress, let known = knownAddress {
+            if let bound = adapters.first(where: { addressOf(adapter: $0) == known }) { return bound }
+            let named = selector.isEmpty ? adapters.first : adapters.first { $0 == "/org/bluez/" + selector }
+            if let named, namedOtherSaid != named {
+                namedOtherSaid = named
+                warn?("waiting for adapter \(known): \(named) is another adapter (\(addressOf(adapter: named).map { "\($0)" } ?? "?")), "
+                     + "without the wearables' bonds; to use it, set [General] Adapter to its address and pair them again")
+            }
+            return nil
+        }
         if selector.isEmpty { return adapters.first }
         if let address = DeviceAddress(selector) {
-            return adapters.first { cache[$0]?[Iface.adapter]?["Address"]?.string.flatMap(Self.parseAddress) == address }
+            return adapters.first { addressOf(adapter: $0) == address }
         }
         if selector.hasPrefix("/") { return adapters.first { $0 == selector } }
         return adapters.first { $0 == "/org/bluez/" + selector }
+    }
+
+    func addressOf(adapter path: String) -> DeviceAddress? {
+        cache[path]?[Iface.adapter]?["Address"]?.string.flatMap(Self.parseAddress)
     }
 
     /// With no adapter configured we use the one that sorts first (hci0 before hci1). bluetoothd
@@ -119,7 +133,7 @@ extension BlueZClient {
     /// there and marked it needsRepair.) After ready the choice stands: switching would drop
     /// live links.
     func reselectIfBetter() {
-        guard selector.isEmpty, !ready, !appBusy, let current = adapterPath,
+        guard selector.isEmpty, knownAddress == nil, !ready, !appBusy, let current = adapterPath,
               let best = selectAdapter(), best != current else { return }
         if registeredUUIDs != nil {
             call(current, Iface.gattManager, "UnregisterApplication", [.objectPath(Self.applicationPath)]) { [weak self] result in
@@ -156,6 +170,8 @@ extension BlueZClient {
         if up, !ready, let info {
             ready = true
             announcedAbsence = false
+            namedOtherSaid = nil
+            if bindsByAddress, let a = Self.parseAddress(info.address) { knownAddress = a }
             note("adapter \(info.name) ready")
             emit(.adapterReady(info))
         } else if !up, !ready, !announcedAbsence, synced ? info?.powered != true : bluetoothdKnownAbsent {

@@ -101,6 +101,16 @@ public final class BlueZClient {
     var exported = false
 
     var adapterPath: String?
+    /// The address of the adapter paird uses, once seen (or remembered from the state file) when
+    /// the selector is a name or empty: from then on the adapter is the one with this address,
+    /// whatever its index (a dongle plugged back in as hci1 is still ours), and never another
+    /// one that took its name (its bonds are not there). An address or path selector is used as is.
+    public var knownAddress: DeviceAddress?
+    /// Whether the selector is a name or empty (bound to `knownAddress` once seen).
+    public var bindsByAddress: Bool { DeviceAddress(selector) == nil && !selector.hasPrefix("/") }
+    /// The last adapter seen under the selector's name while paird waits for `knownAddress`
+    /// (said once per such adapter).
+    var namedOtherSaid: String?
     var ready = false
     /// An adapterGone was emitted without a preceding adapterReady (start without a usable adapter).
     var announcedAbsence = false

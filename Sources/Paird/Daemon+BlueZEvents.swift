@@ -12,7 +12,10 @@ extension Daemon {
             refreshAutoConnectArmed()
         }
         switch event {
-        case .adapterReady:
+        case .adapterReady(let info):
+            if bluez.bindsByAddress, let a = DeviceAddress(info.address) {
+                feed(.adapterIdentified(configured: config.adapter, address: a, name: info.name))
+            }
             feed(.adapterReady(bluez.views(for: Array(machine.devices.keys) + machine.leftoverPairAddresses)))
             markReadyIfNeeded()
         case .adapterGone(let reason):

@@ -204,6 +204,10 @@ public final class Daemon {
         openAlerts()
 
         bluez = BlueZClient(connection: bus, adapter: config.adapter)
+        if bluez.bindsByAddress, let known = machine.adapters.first(where: { $0.configured == config.adapter }) {
+            bluez.knownAddress = known.address
+            log.info("adapter: \(known.address) (\(known.name) when last seen), as remembered for Adapter=\(config.adapter.isEmpty ? "(first)" : config.adapter)")
+        }
         bluez.onEvent = { [unowned self] event in handle(event) }
         bluez.onPresence = { [unowned self] present in feed(present ? .bluetoothdBack : .bluetoothdLeft) }
         bluez.onAbsent = { [unowned self] in feed(.bluetoothdAbsent) }

@@ -77,6 +77,9 @@ public enum Event: Sendable, Hashable {
     /// Adapter present and powered, bluetoothd up, agent and profile registered; with what BlueZ
     /// knows of each managed device (missing entries count as `.absent`).
     case adapterReady([DeviceAddress: BlueZDeviceView])
+    /// The adapter paird.conf names (`configured`: `hci0`, or "" for the first) has this address
+    /// and kernel name: remembered in the state file at first sight (sent before `adapterReady`).
+    case adapterIdentified(configured: String, address: DeviceAddress, name: String)
     /// Adapter removed or powered off, or bluetoothd left the bus.
     case adapterLost
     /// The managed devices BlueZ has armed the kernel's auto-connect for now: our GattProfile1 is

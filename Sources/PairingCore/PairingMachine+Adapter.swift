@@ -37,6 +37,20 @@ extension PairingMachine {
         actions.append(.updateAutoConnect(autoConnectUUIDs))
     }
 
+    /// The configured adapter's address, remembered (and written) at first sight; a different
+    /// address for the same configuration (the file edited, or `Adapter` set to an address since)
+    /// replaces it.
+    mutating func adapterIdentified(_ configured: String, _ address: DeviceAddress, _ name: String, _ now: Moment, _ actions: inout [Action]) {
+        if let i = adapters.firstIndex(where: { $0.configured == configured }) {
+            guard adapters[i].address != address || adapters[i].name != name else { return }
+            adapters[i].address = address
+            adapters[i].name = name
+        } else {
+            adapters.append(PersistedAdapter(configured: configured, address: address, name: name, firstSeen: now.unixTime))
+        }
+        actions.append(.persist)
+    }
+
     /// Restoration: what the state file wants, against what BlueZ has now. A link that is up is
     /// adopted (no disconnect, no reconnect).
     mutating func reconcile(_ i: Int, view: BlueZDeviceView, _ now: Moment, _ actions: inout [Action]) {

@@ -47,6 +47,8 @@ public struct PairingMachine: Sendable {
     public internal(set) var bluetoothd = BluetoothdWatch()
     /// The host's sleeps (`PairingMachine+Sleep`): asleep now, and the last sleep with who was back when.
     public internal(set) var host = HostWatch()
+    /// The configured adapters' addresses, as first seen (`PersistedState.adapters`).
+    public internal(set) var adapters: [PersistedAdapter] = []
 
     /// The config's durations in nanoseconds, converted once (see `Moment`).
     let connectReplyNanos: Int64
@@ -67,6 +69,7 @@ public struct PairingMachine: Sendable {
         self.resolveNanos = config.resolveTimeout.nanoseconds
         self.fallbackNanos = config.fallbackInterval.nanoseconds
         self.headStartNanos = config.autoConnectHeadStart.nanoseconds
+        self.adapters = state?.adapters ?? []
         for p in state?.devices ?? [] where slot[p.address] == nil {
             slot[p.address] = slots.count
             slots.append(ManagedDevice(
@@ -94,6 +97,7 @@ public struct PairingMachine: Sendable {
         defer { keepAutoConnectInStep(since: start, before: autoConnectBefore, &actions) }
         switch event {
         case .adapterReady(let views): adapterReady(views, now, &actions)
+        case .adapterIdentified(let configured, let address, let name): adapterIdentified(configured, address, name, now, &actions)
         case .adapterLost: adapterLost(now, &actions)
         case .autoConnectArmed(let devices): autoConnectArmed(devices, now, &actions)
         case .bluetoothdLeft: bluetoothdLeft(now, &actions)
@@ -166,7 +170,7 @@ public struct PairingMachine: Sendable {
         PersistedState(devices: slots.sorted { $0.address < $1.address }.map {
             PersistedDevice(identity: $0.identity, wanted: $0.wanted, pairedAt: $0.pairedAt, updatedAt: $0.updatedAt,
                             bluetoothdCrashedOnLink: $0.bluetoothdCrashedOnLink ? true : nil)
-        })
+        }, adapters: adapters.isEmpty ? nil : adapters)
     }
 
     /// One human line for `STATUS=` (what `systemctl status` shows).

@@ -14,10 +14,16 @@ public struct PersistedState: Sendable, Hashable, Codable {
 
     public var version: Int
     public var devices: [PersistedDevice]
+    /// The adapter paird.conf names (`[General] Adapter`: a name like hci0, or "" for the first),
+    /// resolved to its address at first sight: paird knows its adapter by its address from then
+    /// on, so a dongle plugged back in under another index is found again. Optional and written
+    /// only when known: older files read as unknown, an older paird ignores the key (version 1).
+    public var adapters: [PersistedAdapter]?
 
-    public init(version: Int = PersistedState.currentVersion, devices: [PersistedDevice] = []) {
+    public init(version: Int = PersistedState.currentVersion, devices: [PersistedDevice] = [], adapters: [PersistedAdapter]? = nil) {
         self.version = version
         self.devices = devices
+        self.adapters = adapters
     }
 
     /// Pretty, key-sorted JSON with ISO 8601 timestamps, ending in a newline.
@@ -61,6 +67,22 @@ public struct PersistedState: Sendable, Hashable, Codable {
 
     private static func path(_ keys: [any CodingKey]) -> String {
         keys.isEmpty ? "" : keys.map { $0.intValue.map { "[\($0)]" } ?? $0.stringValue }.joined(separator: ".") + ": "
+    }
+}
+
+/// An adapter as paird.conf names it, and the address it had at first sight.
+public struct PersistedAdapter: Sendable, Hashable, Codable {
+    /// `[General] Adapter` as written: `hci0`, or "" for the first adapter.
+    public var configured: String
+    public var address: DeviceAddress
+    public var name: String
+    public var firstSeen: Date
+
+    public init(configured: String, address: DeviceAddress, name: String, firstSeen: Double) {
+        self.configured = configured
+        self.address = address
+        self.name = name
+        self.firstSeen = Date(timeIntervalSince1970: firstSeen.rounded())
     }
 }
 

@@ -137,6 +137,22 @@ struct PersistedStateTests {
         #expect(try PersistedState.decode(m.persistedState().encoded()) == sample)
     }
 
+    @Test("the adapter's address is remembered at first sight (written once), follows its kernel name, and survives a restart; a file without it reads as unknown")
+    func adapters() throws {
+        var h = Harness(state: sample)
+        let a = DeviceAddress("00:AA:01:00:00:00")!
+        #expect(h.send(.adapterIdentified(configured: "hci0", address: a, name: "hci0")) == [.persist])
+        #expect(h.send(.adapterIdentified(configured: "hci0", address: a, name: "hci0")).isEmpty, "known: nothing to write")
+        #expect(h.send(.adapterIdentified(configured: "hci0", address: a, name: "hci2")) == [.persist], "renumbered: the name follows")
+        let doc = h.machine.persistedState()
+        #expect(doc.adapters?.map { "\($0.configured)=\($0.address) \($0.name)" } == ["hci0=00:AA:01:00:00:00 hci2"])
+        let decoded = try PersistedState.decode(doc.encoded())
+        #expect(decoded == doc)
+        #expect(PairingMachine(restoring: decoded, now: .at(9)).adapters == doc.adapters)
+        #expect(try PersistedState.decode(sample.encoded()).adapters == nil)
+        #expect(!String(decoding: sample.encoded(), as: UTF8.self).contains("adapters"), "not written while unknown")
+    }
+
     @Test("garbage is refused with a typed error", arguments: [
         ("", StateFileError.empty),
         ("{\"version\":1,\"devices\":[", nil),

@@ -9,7 +9,13 @@ and the return. BED_X_SLEEPS sleeps (default 2); the second of every three with 
 host goes to sleep (it comes back during the sleep). Then issue 33's metrics on the bed's values:
 paird writes its Prometheus textfile ([Metrics] Textfile), a real node_exporter reads it and a
 real Prometheus scrapes it (Debian's packages, unpacked by Tests/install-build-deps.sh), and
-PromQL answers what `pairctl status` and `pairctl history` say. Printed: resume → first notification, per sleep,
+PromQL answers what `pairctl status` and `pairctl history` say. Then the escalation after a
+resume: the strap walks away during a sleep and stays away past its resume deadline (learned from
+its returns in the sleeps before, within the scenario's [Sleep] 6…10 s): the journal shows the
+steps in order (the auto-connect registered again and Connect(), then, nothing back, one power
+cycle of the real adapter through real BlueZ), and the strap is back once it returns. The cap
+over several resumes is the unit tier's (ResumeEscalationTests): on the bed a wearable cannot be
+made to come back only after a power cycle. Printed: resume → first notification, per sleep,
 median and max, and how many came back.
 
 The bed's stand-in for the sleep itself: systemd-suspend.service's ExecStart (systemd-sleep,
@@ -35,6 +41,7 @@ MSG_HOST_SLEEPING = "5b8e2f4c1a3d4e6f9b0c7d2e8f1a4b63"
 MSG_HOST_RESUMED = "8d4c2b1a0f9e4d3c8b7a6f5e4d3c2b1a"
 MSG_HOST_ASLEEP = "3c1e5b0a9d7f4e2b8a6c4d1f0e9b7a52"
 MSG_LINK_LOST = "5c5a55419d41426389004542fbd35400"
+MSG_RESUME_STEP = "3e3069e18e6b4d7aaa0801041fc877cd"
 FORCE = "/sys/kernel/debug/bluetooth/hci0/force_suspend"
 TEXTDIR = "/var/lib/prometheus/node-exporter"
 PROM = os.path.join(REPO, ".build/prometheus/usr/bin")
@@ -70,7 +77,7 @@ def main():
        else f"mkdir -p {TEXTDIR}")
     os.makedirs("/etc/paird", exist_ok=True)
     with open("/etc/paird/bed.conf", "w") as f:
-        f.write(f"[Metrics]\nTextfile = {TEXTDIR}/paird.prom\nInterval = 1\n")
+        f.write(f"[Metrics]\nTextfile = {TEXTDIR}/paird.prom\nInterval = 1\n[Sleep]\nResumeDeadlineFloor = 6\nResumeDeadlineCeiling = 10\n")
     p = Paird(mode="systemd", config="/etc/paird/bed.conf")
     sh(f"chown paird:paird {TEXTDIR}")
     with step("paird up under systemd; the strap paired, connected and notifying; paird holds a delay inhibitor for sleep"):
@@ -121,6 +128,8 @@ def main():
             wait_for(lambda: "sleep paird delay" in inhibitors(), 20, "paird's inhibitor taken again")
             check(not [x for x in journal_entries(MSG_LINK_LOST)[lost:] if x.get("PAIRD_DEVICE") == w.address],
                   "no 'link lost' entry for the strap from the sleep")
+    check(not [e for e in journal_entries(MSG_RESUME_STEP) if not e.get("PAIRD_REASON", "").startswith("auto-connect-and-connect")],
+          "back in time after every sleep: no escalation past its first step")
     log(f"resume → first notification: {came_back} of {SLEEPS} back; median {statistics.median(back):.2f} s, max {max(back):.2f} s "
         f"({', '.join(f'{x:.2f}' for x in back)})")
 
@@ -168,6 +177,34 @@ def main():
         by_reason = {r["metric"]["reason"]: int(float(r["value"][1])) for r in drops if float(r["value"][1]) > 0}
         log(f"PromQL: connected {up[0]['value'][1]}, drops by reason {by_reason}; pairctl history: {h['dropsByReason']}")
         check(by_reason == h["dropsByReason"], f"drops by reason as pairctl history counts them: {by_reason} vs {h['dropsByReason']}")
+
+    with step("the strap walks away during a sleep and stays away past its deadline → the steps in order: the auto-connect again "
+              "and Connect(), then one power cycle of the adapter; the strap back once it returns"):
+        p.wait_state("connected", 30)
+        steps0 = len(journal_entries(MSG_RESUME_STEP))
+        sleeping, resumed = (len(journal_entries(m)) for m in (MSG_HOST_SLEEPING, MSG_HOST_RESUMED))
+        sh("systemctl suspend", timeout=30)
+        wait_for(lambda: len(journal_entries(MSG_HOST_SLEEPING)) > sleeping, 20, "paird's 'going to sleep' entry")
+        w.cmd("walk-away")
+        wait_for(lambda: len(journal_entries(MSG_HOST_RESUMED)) > resumed, SLEEP_S + 30, "paird's 'woke up' entry")
+        t_resume = now()
+        steps = wait_for(lambda: [e for e in journal_entries(MSG_RESUME_STEP)[steps0:] if e.get("PAIRD_REASON", "").startswith("power-cycle")],
+                         30, "the power-cycle step")
+        t_cycle = now()
+        reasons = [e.get("PAIRD_REASON", "") for e in journal_entries(MSG_RESUME_STEP)[steps0:]]
+        log(f"escalation after the resume: {reasons} (power cycle seen {t_cycle - t_resume:.2f} s after the resume)")
+        check([r.split()[0] for r in reasons] == ["auto-connect-and-connect", "power-cycle"], f"the steps, in order: {reasons}")
+        check(steps[0].get("PAIRD_DEVICE") == w.address and steps[0].get("PRIORITY") == "4", f"the power cycle's entry: {steps[0].get('MESSAGE')!r}")
+        wait_for(lambda: "power cycle: the adapter is powered again" in sh("journalctl -u paird.service -o cat --no-pager", check=False),
+                 20, "the adapter powered again")
+        wait_for(lambda: (p.status().get("adapter") or {}).get("powered") is True, 20, "paird back on the powered adapter")
+        m = watch.count()
+        t = now()
+        w.cmd("come-back")
+        p.wait_state("connected", 60)
+        wait_for(lambda: notifies(watch, w.address, m), 30, "a notification after its return")
+        log(f"the strap back and notifying {now() - t:.2f} s after it came back")
+        check(len(journal_entries(MSG_RESUME_STEP)[steps0:]) == 2, "no further step for this resume")
 
     with step("for comparison, in the same run: a clean bluetoothd restart → the strap back and notifying"):
         p.wait_state("connected", 30)
