@@ -15,7 +15,10 @@ extension StatusDocument {
         func wall(_ m: Moment) -> Date {
             Date(timeIntervalSince1970: now.unixTime - Double(now.uptimeNanoseconds - m.uptimeNanoseconds) / 1e9)
         }
-        let adapter = adapter ?? Adapter(name: configuredAdapter.isEmpty ? nil : configuredAdapter, address: nil, powered: false, present: false)
+        // Absent: the one paird waits for, by its remembered address when it has one.
+        let known = machine.adapters.first { $0.configured == configuredAdapter }
+        let adapter = adapter ?? Adapter(name: known?.name ?? (configuredAdapter.isEmpty ? nil : configuredAdapter),
+                                         address: known?.address.description, powered: false, present: false)
         let pairing = machine.pairing.map { p -> Pairing in
             let device: String?
             switch p.phase {

@@ -70,6 +70,7 @@ struct AdapterIdentityIntegrationTests {
         #expect(doc.adapter?.name != "hci1", "\(String(describing: doc.adapter))")
         #expect(host.state() == "adapterUnavailable")
         #expect(doc.devices.first?.wanted == "connected")
+        #expect(doc.adapter?.address == hci0Address && doc.adapter?.present == false, "status names the adapter it waits for: \(String(describing: doc.adapter))")
     }
 
     @Test("after a restart the remembered address is used: another adapter that sorts first is not taken")
