@@ -254,9 +254,6 @@ public struct ManagedDevice: Sendable, Hashable {
     /// reported once, shown in the status, never a reason to drop the link (a new one would not
     /// bring them back: a firmware update dropped them, or BlueZ's cache lost them).
     public var missingCharacteristics: Set<String> = []
-    /// The notification rhythm learned per subscribed characteristic (128-bit UUID), kept across
-    /// links while paird runs (not persisted): what the silence watch reads.
-    public var rhythms: [String: NotificationRhythm] = [:]
     /// Links made again for a weak health reason (no first data, subscriptions that kept ending)
     /// in a row without data in between: at `MachineConfig.healthRemakesInRow` paird stops doing
     /// that for this wearable until it delivers again (a wearable that notifies rarely is not
@@ -264,15 +261,28 @@ public struct ManagedDevice: Sendable, Hashable {
     public var healthRemakes: Int = 0
     /// When a subscribed characteristic last delivered (for status).
     public var lastDataAt: Moment?
-    /// How long its last links took from up to `ServicesResolved` (at most
-    /// `MachineConfig.resolveSamples`, oldest first; kept across links while paird runs, not
-    /// persisted): what its learned resolve deadline is made of.
-    public var resolveTimes: [Duration] = []
-    /// The generation of the resolve countdown armed with a learned (shorter than configured)
-    /// deadline, if the current one is.
-    public var learnedResolve: UInt64?
-    /// A link was ended at a learned resolve deadline: the next one gets the whole `resolveTimeout`.
-    public var resolveCutShort = false
+    /// What paird learned of this wearable's habits while it runs (`Learned`).
+    public var learned = Learned()
+
+    /// What paird learns of one wearable while it runs, kept across its links, never persisted:
+    /// each feature that learns something keeps it here rather than in a loose field of the device.
+    public struct Learned: Sendable, Hashable {
+        /// The notification rhythm per subscribed characteristic (128-bit UUID): what the silence
+        /// watch reads.
+        public var rhythms: [String: NotificationRhythm] = [:]
+        /// How long its last links took from up to `ServicesResolved` (at most
+        /// `MachineConfig.resolveSamples`, oldest first): what its learned resolve deadline is made of.
+        public var resolveTimes: [Duration] = []
+        /// The generation of the resolve countdown armed with a learned (shorter than configured)
+        /// deadline, if the current one is.
+        public var resolveCountdown: UInt64?
+        /// A link was ended at a learned resolve deadline: the next one gets the whole `resolveTimeout`.
+        public var resolveCutShort = false
+        /// Its last returns after the host's resume, in seconds (at most `HostWatch.returnSamples`,
+        /// oldest first): what its resume deadline is made of (`PairingMachine.resumeDeadline`).
+        public var resumeReturns: [Double] = []
+        public init() {}
+    }
 
     public struct LastDisconnect: Sendable, Hashable {
         public var reason: String

@@ -139,8 +139,8 @@ extension PairingMachine {
                 // Only a link whose services never resolved counts toward the lost-bond heuristic.
                 // An adopted link that never resolved is no evidence either (`Link.adoptedUnresolved`),
                 // nor one ended at a learned resolve deadline: the next link gets the whole one.
-                let cutShort = id.purpose == .resolve && slots[i].learnedResolve == id.generation
-                if cutShort { slots[i].resolveCutShort = true }
+                let cutShort = id.purpose == .resolve && slots[i].learned.resolveCountdown == id.generation
+                if cutShort { slots[i].learned.resolveCutShort = true }
                 if !cutShort, !link.resolved, !link.adoptedUnresolved, link.setupVerdict != .counted, countSetupFailure(i) { // entering needsRepair disconnects too
                     move(i, to: .needsRepair(reason: .suspectedBondLoss), now, &actions)
                     return

@@ -26,7 +26,7 @@ extension PairingMachine {
     /// earliest first; nil when none is periodic.
     func silenceDue(_ i: Int, _ link: Link) -> (String, Moment)? {
         var best: (String, Moment)?
-        for (ch, r) in slots[i].rhythms.sorted(by: { $0.key < $1.key }) {
+        for (ch, r) in slots[i].learned.rhythms.sorted(by: { $0.key < $1.key }) {
             guard r.lastLink == link.upAt, let last = r.lastAt,
                   let allowance = r.silenceAllowance(periods: config.silencePeriods, minimum: config.silenceMinimum) else { continue }
             let due = last + allowance
@@ -39,7 +39,7 @@ extension PairingMachine {
 
     mutating func dataReceived(_ a: DeviceAddress, _ ch: String, _ now: Moment, _ actions: inout [Action]) {
         guard let i = slot[a], let link = slots[i].state.link else { return }
-        slots[i].rhythms[ch, default: NotificationRhythm()].record(now, link: link.upAt)
+        slots[i].learned.rhythms[ch, default: NotificationRhythm()].record(now, link: link.upAt)
         slots[i].lastDataAt = now
         slots[i].healthRemakes = 0
         updateLink(i) { $0.dataSeen = true; $0.resubscribes = 0 }
@@ -79,7 +79,7 @@ extension PairingMachine {
             // The silence is no interval of its rhythm: learned anew from the data that follows
             // (the first bench run: two such gaps among 16 intervals made the strap "irregular",
             // and the third drop went unwatched).
-            slots[i].rhythms[ch]?.restart()
+            slots[i].learned.rhythms[ch]?.restart()
             move(i, to: .connected(link, health: .quiet), now, &actions)
             actions.append(.resubscribe(a, characteristic: ch))
         case .failed(let f):

@@ -235,25 +235,25 @@ extension PairingMachine {
     /// (`MachineConfig.resolveFloor`), unless its last link was ended at one.
     mutating func resolveCountdown(_ a: DeviceAddress, _ now: Moment) -> Countdown {
         guard let i = slot[a] else { return countdown(.device(a), .resolve, now.advanced(byNanoseconds: resolveNanos)) }
-        let learned = slots[i].resolveCutShort ? nil : learnedResolveNanos(i)
-        slots[i].resolveCutShort = false
+        let learned = slots[i].learned.resolveCutShort ? nil : learnedResolveNanos(i)
+        slots[i].learned.resolveCutShort = false
         let c = countdown(.device(a), .resolve, now.advanced(byNanoseconds: learned ?? resolveNanos))
-        slots[i].learnedResolve = learned == nil ? nil : c.id.generation
+        slots[i].learned.resolveCountdown = learned == nil ? nil : c.id.generation
         return c
     }
 
     /// `resolveLearnFactor` × the slowest of the wearable's recent resolutions, at least
     /// `resolveFloor`; nil while it has too few of them or the result is not below `resolveTimeout`.
     func learnedResolveNanos(_ i: Int) -> Int64? {
-        let times = slots[i].resolveTimes
+        let times = slots[i].learned.resolveTimes
         guard times.count >= config.resolveLearnAfter, let slowest = times.max() else { return nil }
         let nanos = max(config.resolveFloor.nanoseconds, slowest.nanoseconds * Int64(config.resolveLearnFactor))
         return nanos < resolveNanos ? nanos : nil
     }
 
     mutating func learnResolveTime(_ i: Int, _ took: Duration) {
-        slots[i].resolveTimes.append(took)
-        if slots[i].resolveTimes.count > MachineConfig.resolveSamples { slots[i].resolveTimes.removeFirst() }
+        slots[i].learned.resolveTimes.append(took)
+        if slots[i].learned.resolveTimes.count > MachineConfig.resolveSamples { slots[i].learned.resolveTimes.removeFirst() }
     }
 
     /// Counts a link that came up (or a Connect the wearable answered) but never became usable.

@@ -54,7 +54,7 @@ extension PairingMachine {
     /// returned once.
     public func resumeDeadline(_ a: DeviceAddress) -> Duration {
         let floor = config.resumeDeadlineFloor, ceiling = config.resumeDeadlineCeiling
-        guard let slowest = host.returns[a]?.max() else { return ceiling }
+        guard let slowest = slot[a].flatMap({ slots[$0].learned.resumeReturns.max() }) else { return ceiling }
         return min(max(.fractionalSeconds(slowest * 2), floor), ceiling)
     }
 
@@ -149,8 +149,9 @@ extension PairingMachine {
         // count from zero again, and the return time is learned (not one after a power cycle).
         guard !s.poweredCycled else { return }
         host.powerCyclesInVain = 0
-        host.returns[a, default: []].append(now.since(woke).seconds)
-        if host.returns[a]!.count > HostWatch.returnSamples { host.returns[a]!.removeFirst() }
+        guard let i = slot[a] else { return }
+        slots[i].learned.resumeReturns.append(now.since(woke).seconds)
+        if slots[i].learned.resumeReturns.count > HostWatch.returnSamples { slots[i].learned.resumeReturns.removeFirst() }
     }
 }
 
@@ -160,8 +161,8 @@ public struct HostWatch: Sendable, Hashable {
     /// Between `PrepareForSleep(true)` and `PrepareForSleep(false)`.
     public internal(set) var asleep = false
     public internal(set) var lastSleep: HostSleep?
-    /// Each wearable's last returns after a resume, in seconds (`resumeDeadline`).
-    public internal(set) var returns: [DeviceAddress: [Double]] = [:]
+    /// How many of a wearable's returns after a resume its deadline is made of
+    /// (`ManagedDevice.Learned.resumeReturns`).
     public static let returnSamples = 5
     /// Power cycles since a wearable last came back after a resume on its own, in time
     /// (`MachineConfig.resumePowerCycles`): a controller that needs one at every resume is

@@ -186,12 +186,12 @@ struct LearnedResolveTests {
         h.send(.adapterReady([watch: BlueZDeviceView(connected: true)]))
         h.advance(.seconds(2))
         h.send(.servicesResolved(watch))
-        #expect(h.machine.devices[watch]?.resolveTimes == [])
+        #expect(h.machine.devices[watch]?.learned.resolveTimes == [])
         h.send(.linkProven(watch))
         h.send(.setUpLinkFinished(watch, failure: nil))
         away(&h)
         comesBack(&h, resolveIn: .milliseconds(700))
-        #expect(h.machine.devices[watch]?.resolveTimes == [.milliseconds(700)], "a link seen coming up does")
+        #expect(h.machine.devices[watch]?.learned.resolveTimes == [.milliseconds(700)], "a link seen coming up does")
     }
 
     @Test("ResolveFloor at ResolveTimeout turns the learning off")

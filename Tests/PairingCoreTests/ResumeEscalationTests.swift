@@ -73,7 +73,7 @@ struct ResumeEscalationTests {
         #expect(!back.contains(.powerCycleAdapter))
         _ = h.linkComesUp(watch)
         #expect(h.machine.host.powerCyclesInVain == 1, "back only after the power cycle: it counts")
-        #expect(h.machine.host.returns[watch] == nil, "a return after a power cycle is not its usual return time")
+        #expect(h.machine.devices[watch]?.learned.resumeReturns == [], "a return after a power cycle is not its usual return time")
     }
 
     @Test("another one back by the deadline: the adapter works, the late one is away; no power cycle")
@@ -85,7 +85,7 @@ struct ResumeEscalationTests {
         #expect(deadlineCountdown(h)?.deadline == h.machine.host.lastSleep!.resumedAt! + .seconds(60))
         let out = fireDeadline(&h)
         #expect(out == [step("away after 60.0 s (deadline 60.0 s)", watch, "Watch")])
-        #expect(h.machine.host.returns[ring] == [4])
+        #expect(h.machine.devices[ring]?.learned.resumeReturns == [4])
     }
 
     @Test("a controller that needs a power cycle at every resume gets it up to the cap, then not; a return on its own starts the count over")
@@ -140,7 +140,7 @@ struct ResumeEscalationTests {
         // The next resume's deadline is the learned one.
         _ = sleep(&h)
         #expect(deadlineCountdown(h)?.deadline == h.now + .seconds(60))
-        #expect(h.machine.host.returns[watch] == [4, 12, 3, 45])
+        #expect(h.machine.devices[watch]?.learned.resumeReturns == [4, 12, 3, 45])
     }
 
     @Test("a wearable back before its deadline: no escalation step at all")
