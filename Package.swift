@@ -54,6 +54,8 @@ let package = Package(
         ]),
         .executableTarget(name: "pairctl", dependencies: ["PairCtlCommands"]),
         .executableTarget(name: "PairingBench", dependencies: ["PairingCore"]),
+        // `pairctl history`'s record: a busy wearable's 30 days generated, its query timed in-process.
+        .executableTarget(name: "HistoryBench", dependencies: ["PairCtlCommands", "PairingCore"]),
         // Drives the BlueZ client alone (no daemon) inside the test bed.
         .executableTarget(name: "bluez-probe", dependencies: ["BlueZ", "DBus", "EventLoop", "PairingCore"]),
 

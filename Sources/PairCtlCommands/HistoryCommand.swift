@@ -115,8 +115,12 @@ public enum HistorySince {
     }
 }
 
-/// `pairctl history --json`: times RFC 3339 UTC with milliseconds, durations in seconds.
-struct HistoryDocument: Encodable {
+/// `pairctl history --json`: times RFC 3339 UTC with milliseconds, durations in seconds. Public for
+/// HistoryBench (the query path timed in-process).
+public struct HistoryDocument: Encodable {
+    public init(since: Double, until: Double, skippedLines: Int, analyses: [HistoryAnalysis]) {
+        self.since = since; self.until = until; self.skippedLines = skippedLines; self.analyses = analyses
+    }
     var since: Double
     var until: Double
     /// Lines of the file that are no record (a torn last line after a crash).
@@ -143,7 +147,7 @@ struct HistoryDocument: Encodable {
     struct Gap: Encodable { var start: String; var seconds: Double; var reason: String? }
     struct Battery: Encodable { var first: Int; var firstAt: String; var last: Int; var lastAt: String; var readings: Int }
 
-    func encode(to encoder: any Encoder) throws {
+    public func encode(to encoder: any Encoder) throws {
         enum K: String, CodingKey { case schemaVersion, since, until, skippedLines, devices }
         var c = encoder.container(keyedBy: K.self)
         try c.encode(HistoryRecord.schemaVersion, forKey: .schemaVersion)
@@ -167,12 +171,12 @@ struct HistoryDocument: Encodable {
 
     static func round(_ v: Double) -> Double { (v * 1000).rounded() / 1000 }
 
-    func json() -> String { compactJSON(self) }
+    public func json() -> String { compactJSON(self) }
 }
 
 /// The text form of one wearable's analysis.
-enum HistoryText {
-    static func render(_ a: HistoryAnalysis) -> String {
+public enum HistoryText {
+    public static func render(_ a: HistoryAnalysis) -> String {
         let since = Date(timeIntervalSince1970: a.since)
         var lines = ["\(a.name.isEmpty ? a.device : "\(a.name) (\(a.device))") since \(timestamp(since)) (\(duration(a.until - a.since)))"]
         if let p = a.availabilityPercent {
