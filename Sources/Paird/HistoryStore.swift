@@ -152,21 +152,73 @@ public final class HistoryStore {
     /// Writes the records of the first `size` bytes of `path` that are within `cap` at `now` to
     /// `tmp`, fsynced; returns how many. Touches nothing else: safe on another thread while the
     /// loop appends to `path` (beyond `size`).
+    ///
+    /// Streams: two passes over the file in chunks (the first counts the records within the age,
+    /// the second copies the newest `maxRecords` of them, each line as it is), so its memory is a
+    /// few chunks whatever the record's size. Reading the whole file and its records at once (as
+    /// before) took ~55 MB for a record at the default cap (15 MB, 110,000 lines), which glibc
+    /// kept in the thread's arena afterwards: paird's RSS went from 15 to 44–73 MB (HistoryBench,
+    /// BENCHMARKS.md).
     public static func compactFile(path: String, tmp: String, upTo size: Int, cap: Cap, now: Double) throws -> Int {
-        let bytes = try readFile(path, limit: size) ?? []
-        let (records, _) = HistoryRecord.parse(lines: bytes[...])
         let oldest = now - cap.maxAge.seconds
-        var kept = records.filter { $0.at >= oldest }
-        if kept.count > cap.maxRecords { kept.removeFirst(kept.count - cap.maxRecords) }
+        func kept(_ line: ArraySlice<UInt8>) -> Bool { HistoryRecord.parse(line: line).map { $0.at >= oldest } ?? false }
+        var within = 0
+        try forEachLine(path, upTo: size) { if kept($0) { within += 1 } }
+        let skip = max(0, within - cap.maxRecords)
         let t = Glibc.open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
         if t < 0 { throw SystemError("create \(tmp)", errno) }
         defer { close(t) }
-        var text = ""
-        text.reserveCapacity(kept.count * 160)
-        for r in kept { text += r.line; text += "\n" }
-        try writeAll(t, Array(text.utf8), tmp)
+        var out: [UInt8] = []
+        out.reserveCapacity(Self.chunkSize + 4096)
+        var seen = 0
+        var written = 0
+        try forEachLine(path, upTo: size) { line in
+            guard kept(line) else { return }
+            seen += 1
+            guard seen > skip, written < within - skip else { return }
+            out.append(contentsOf: line)
+            out.append(UInt8(ascii: "\n"))
+            written += 1
+            if out.count >= Self.chunkSize {
+                try writeAll(t, out, tmp)
+                out.removeAll(keepingCapacity: true)
+            }
+        }
+        try writeAll(t, out, tmp)
         if fsync(t) != 0 { throw SystemError("fsync \(tmp)", errno) }
-        return kept.count
+        return written
+    }
+
+    static let chunkSize = 256 * 1024
+
+    /// Calls `body` with each line (without its newline) of the first `size` bytes of `path`, a
+    /// chunk read at a time; a last line without a newline too.
+    static func forEachLine(_ path: String, upTo size: Int, _ body: (ArraySlice<UInt8>) throws -> Void) throws {
+        let fd = Glibc.open(path, O_RDONLY | O_CLOEXEC)
+        if fd < 0 { if errno == ENOENT { return }; throw SystemError("open \(path)", errno) }
+        defer { close(fd) }
+        var buf = [UInt8](repeating: 0, count: chunkSize)
+        var carry: [UInt8] = [] // a line cut by the chunk's end
+        var offset = 0
+        while offset < size {
+            let n = buf.withUnsafeMutableBytes { pread(fd, $0.baseAddress, min($0.count, size - offset), off_t(offset)) }
+            if n < 0 { if errno == EINTR { continue }; throw SystemError("read \(path)", errno) }
+            if n == 0 { break }
+            offset += n
+            var start = 0
+            for i in 0..<n where buf[i] == UInt8(ascii: "\n") {
+                if carry.isEmpty {
+                    if i > start { try body(buf[start..<i]) }
+                } else {
+                    carry.append(contentsOf: buf[start..<i])
+                    try body(carry[...])
+                    carry.removeAll(keepingCapacity: true)
+                }
+                start = i + 1
+            }
+            carry.append(contentsOf: buf[start..<n])
+        }
+        if !carry.isEmpty { try body(carry[...]) }
     }
 
     /// Runs `compactFile` on a thread of its own over what the file holds now; `finishCompaction`

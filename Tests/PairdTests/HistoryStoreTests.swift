@@ -105,6 +105,31 @@ struct HistoryStoreTests {
         #expect(!FileManager.default.fileExists(atPath: path + ".tmp"), "the temporary file was renamed")
     }
 
+    @Test("compaction streams: a record of several read chunks keeps its newest lines byte for byte (a hand-written one too), drops garbled ones and lines past the snapshot")
+    func compactionStreams() throws {
+        let path = try tempPath()
+        // ~6000 lines of ~110 bytes: past two of compactFile's 256 KiB chunks, so lines straddle them.
+        let written = records(6000)
+        var lines = written.map(\.line)
+        // A line a person edited (spaces, another key order: JSONDecoder reads it) and a garbled one.
+        lines[5990] = #"{ "type": "battery", "level": 40, "at": "\#(HistoryRecord.formatTime(written[5990].at))", "device": "\#(Self.d)" }"#
+        lines.insert("{\"type\":\"up\",\"at\":", at: 5995)
+        let text = lines.joined(separator: "\n") + "\n"
+        #expect(text.utf8.count > 2 * HistoryStore.chunkSize)
+        let appendedLater = HistoryRecord(kind: .stop, at: Self.t0 + 7000 * 60).line + "\n"
+        try (text + appendedLater).write(toFile: path, atomically: false, encoding: .utf8)
+        let cap = HistoryStore.Cap(maxAge: .seconds(86400 * 30), maxRecords: 3000)
+        let kept = try HistoryStore.compactFile(path: path, tmp: path + ".tmp", upTo: text.utf8.count, cap: cap, now: Self.t0 + 6000 * 60)
+        #expect(kept == 3000)
+        let expected = lines.filter { $0 != "{\"type\":\"up\",\"at\":" }.suffix(3000).joined(separator: "\n") + "\n"
+        #expect(String(decoding: try bytes(path + ".tmp"), as: UTF8.self) == expected,
+                "the newest 3000 records as they were written, the garbled line gone, nothing past the snapshot")
+        // By age: the last 1000 minutes of records.
+        let byAge = try HistoryStore.compactFile(path: path, tmp: path + ".tmp", upTo: text.utf8.count,
+                                                 cap: .init(maxAge: .seconds(1000 * 60), maxRecords: 100_000), now: Self.t0 + 5999 * 60)
+        #expect(byAge == 1001, "minutes 4999…5999: 1001 records (the garbled line, an extra one, not counted)")
+    }
+
     @Test("compaction is due only a tenth past the count or the age")
     func due() throws {
         let path = try tempPath()
