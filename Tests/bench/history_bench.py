@@ -156,10 +156,9 @@ def rss_run(a, h, label, content_from, out):
     n = len(samples)
     pick = {"start": samples[0], "middle": samples[n // 2], "end": samples[-1]}
     rss_max = max(s[1] for s in samples)
-    # the trend after the first compaction (without one: over the whole run): least-squares slope
-    first_c = next((i for i in range(1, n) if samples[i][3] < samples[i - 1][3]), None)
-    after = samples[first_c:] if first_c is not None else samples
-    since = "after the first compaction" if first_c is not None else "over the run"
+    # the trend over the run (at the cap, paird compacts at its start already): least-squares slope
+    after = samples
+    since = "over the run"
     slope = None
     if len(after) >= 3:
         xs, ys = [s[0] for s in after], [s[1] for s in after]
@@ -173,7 +172,7 @@ def rss_run(a, h, label, content_from, out):
           + (f", VmRSS trend {since} {slope:+.1f} kB/min" if slope is not None else ""))
     r = dict(bench="history-rss", record=label, seconds=a.rss_seconds, toggles=k, compactions=len(compactions),
              compaction_lines=compactions, samples=[dict(t=s[0], rss_kb=s[1], hwm_kb=s[2], lines=s[3], anon_kb=s[4]) for s in samples],
-             rss_max_kb=rss_max, hwm_end_kb=samples[-1][2], trend_kb_per_min_after_first_compaction=slope)
+             rss_max_kb=rss_max, hwm_end_kb=samples[-1][2], trend_kb_per_min=slope)
     if out:
         out.write(json.dumps(r) + "\n")
     return r
