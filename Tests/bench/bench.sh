@@ -4,18 +4,21 @@
 # (JSON lines + report.md, the tables of BENCHMARKS.md); VM logs in testbed-out/bench-*/
 # (with BENCH_PARALLEL: testbed-out/bench-<time>/reconnect-<approach>-<k>/).
 #
-#   Tests/bench/bench.sh [--quick] [scale] [native] [reconnect] [costs] [stall]  (default: all five)
+#   Tests/bench/bench.sh [--quick] [scale] [native] [reconnect] [costs] [stall] [history]  (default: all six)
 #
 #   scale      host, python-dbusmock: 1/10/100 devices, memory and CPU per event      (~1 min)
 #   native     host, python-dbusmock: start-up and idle cost on the host's own CPU    (~3 min)
 #   reconnect  VM: reconnect latency, paird vs auto-connect / bluetoothctl loop / bleak (~25 min)
 #   costs      VM: start-up (exec→READY=1, adoption) and idle cost, paird vs bleak     (~12 min)
 #   stall      VM, one per BlueZ version and profile: pair, return, dropped subscription, stalled ATT
+#   history    host, python-dbusmock: `pairctl history` on 30 days of a busy wearable and on the record
+#              at its cap; paird's RSS with the record at its cap while it compacts     (~10 min)
 #   --quick    a smoke run with few reps (~8 min in all)
 # Knobs (environment): BENCH_REPS5 (20), BENCH_REPS60 (2), BENCH_REPS300 (0), BENCH_STARTS (20),
 # BENCH_WINDOW (90 s; the native part's windows too), BENCH_SCALE_REPS (3), BENCH_STALL_REPS (5 per
 # kind), BENCH_AWAY_MAX (10 s: the return reps' longest absence, the issue asks for 90; a stalled-ATT rep is
 # away at most 10 s), BENCH_STALL_SEED (18: the random absences; another seed, other ones),
+# BENCH_HISTORY_REPS (20), BENCH_HISTORY_RSS_SECONDS (240),
 # BENCH_STALL_PROFILES (strap; any of strap watch ring twin), BENCH_STALL_VERSIONS (5.66; e.g. "5.66 5.82
 # newest"), BENCH_STALL_KINDS (pair return drop stall), BENCH_PARALLEL (0: the
 # reconnect part in one VM, approaches one after another; N: N VMs per approach, all at once).
@@ -26,14 +29,15 @@ quick=0; parts=()
 for a in "$@"; do
   case $a in
     --quick) quick=1 ;;
-    scale|native|reconnect|costs|stall) parts+=("$a") ;;
+    scale|native|reconnect|costs|stall|history) parts+=("$a") ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench.sh: unknown argument $a" >&2; exit 64 ;;
   esac
 done
-((${#parts[@]})) || parts=(scale native reconnect costs stall)
+((${#parts[@]})) || parts=(scale native reconnect costs stall history)
 if ((quick)); then
   : "${BENCH_REPS5:=2}" "${BENCH_REPS60:=0}" "${BENCH_STARTS:=3}" "${BENCH_WINDOW:=15}" "${BENCH_SCALE_REPS:=1}" "${BENCH_STALL_REPS:=2}"
+  : "${BENCH_HISTORY_REPS:=3}" "${BENCH_HISTORY_RSS_SECONDS:=40}"
 fi
 say() { printf '\033[1m[bench]\033[0m %s\n' "$*" >&2; }
 
@@ -53,9 +57,10 @@ fi
 say "building paird and pairctl (release)"
 swift build -c release --static-swift-stdlib --product paird >/dev/null  # as `make release` builds them
 swift build -c release --static-swift-stdlib --product pairctl >/dev/null
+swift build -c release --static-swift-stdlib --product HistoryBench >/dev/null
 BIN=$REPO/.build-bench/bin
 mkdir -p "$BIN"
-cp .build/release/paird .build/release/pairctl "$BIN/"
+cp .build/release/paird .build/release/pairctl .build/release/HistoryBench "$BIN/"
 export PAIRD_BIN=$BIN/paird PAIRCTL_BIN=$BIN/pairctl
 # The benchmarks drive the BlueZ twin (bench_wearable.py = wearable.py + knobs, hci1's public
 # address): bluetoothd must own hci1 (Tests/testbed/README.md, "Wearables").
@@ -119,6 +124,12 @@ for part in "${parts[@]}"; do
       /usr/bin/python3 Tests/bench/scale_mock.py --paird "$PAIRD_BIN" --pairctl "$PAIRCTL_BIN" \
         --counts 1,10,100 --reps "${BENCH_SCALE_REPS:-3}" --toggles "$( ((quick)) && echo 100 || echo 400)" \
         --out "$RES/scale.jsonl" 2> >(grep -v 'fd limit' >&2) ;;
+    history)
+      say "pairctl history's query and paird's RSS with the record at its cap, on python-dbusmock (host)"
+      /usr/bin/python3 Tests/bench/history_bench.py --paird "$PAIRD_BIN" --pairctl "$PAIRCTL_BIN" \
+        --historybench "$BIN/HistoryBench" --reps "${BENCH_HISTORY_REPS:-20}" \
+        --rss-seconds "${BENCH_HISTORY_RSS_SECONDS:-240}" --out "$RES/history.jsonl" \
+        2> >(grep -v 'fd limit' >&2) | tee "$RES/history.txt" ;;
     native)
       say "start-up and idle cost on python-dbusmock (host CPU, not emulated)"
       /usr/bin/python3 Tests/bench/native_costs.py --paird "$PAIRD_BIN" --pairctl "$PAIRCTL_BIN" \
