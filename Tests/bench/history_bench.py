@@ -151,12 +151,13 @@ def rss_run(a, h, label, content_from, out):
     n = len(samples)
     pick = {"start": samples[0], "middle": samples[n // 2], "end": samples[-1]}
     rss_max = max(s[1] for s in samples)
-    # the trend over the run (at the cap, paird compacts at its start already): least-squares slope
-    after = samples
-    since = "over the run"
+    # flat = no trend: least-squares slope of VmRSS over the second half of the run (a first
+    # compaction or two may leave a buffer's worth more in the thread's arena; growth would go on)
+    after = [x for x in samples if x[0] >= a.rss_seconds / 2]
+    since = f"over the second half (t ≥ {a.rss_seconds / 2:.0f} s: {min(x[1] for x in after) / 1024:.2f}–{max(x[1] for x in after) / 1024:.2f} MB)"
     slope = None
     if len(after) >= 3:
-        xs, ys = [s[0] for s in after], [s[1] for s in after]
+        xs, ys = [x[0] for x in after], [x[1] for x in after]
         mx, my = statistics.mean(xs), statistics.mean(ys)
         slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs) * 60
     print(f"\n{label}: {k} battery readings in {a.rss_seconds} s (a line each), "
@@ -167,7 +168,7 @@ def rss_run(a, h, label, content_from, out):
           + (f", VmRSS trend {since} {slope:+.1f} kB/min" if slope is not None else ""))
     r = dict(bench="history-rss", record=label, seconds=a.rss_seconds, toggles=k, compactions=len(compactions),
              compaction_lines=compactions, samples=[dict(t=s[0], rss_kb=s[1], hwm_kb=s[2], lines=s[3], anon_kb=s[4]) for s in samples],
-             rss_max_kb=rss_max, hwm_end_kb=samples[-1][2], trend_kb_per_min=slope)
+             rss_max_kb=rss_max, hwm_end_kb=samples[-1][2], trend_kb_per_min_second_half=slope)
     if out:
         out.write(json.dumps(r) + "\n")
     return r
