@@ -14,6 +14,7 @@ PKGS=(
   python3 python3-dbus python3-gi   # scenarios + virtual wearable (Debian's /usr/bin/python3)
   python3-venv                      # the Bumble wearable's venv (below)
   coreutils util-linux procps iproute2
+  strace               # paird_day: holds paird's fsyncs so a kill -9 lands inside a record write
 )
 
 # The guest kernel: Debian's 6.12 from bookworm-backports (linux-image-6.12.*-amd64), fetched as a
