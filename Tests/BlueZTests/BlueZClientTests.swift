@@ -181,6 +181,31 @@ struct BlueZClientTests {
         #expect(try mock.applications("/org/bluez/hci0")["/org/paird/app"] == [ServiceUUID.heartRate])
     }
 
+    @Test func adapterUnpluggedSlowlyReportsNoRemovals() throws {
+        // A controller unplugged under BlueZ 5.66 (the bed's paird_replug): Connected=false, the
+        // device's objects removed, and only then Powered=false and the adapter's removal, here
+        // 0.6 s after the device's (0.19 s / 0.44 s as BlueZ sent them on the bed; paird reads
+        // them later under load). The default grace outlasts it: the removal is not a lost bond.
+        let mock = try MockBlueZ()
+        try mock.addAdapter()
+        try mock.addDevice("hci0", devA)
+        let (_, rec, _) = try mock.startClient(removalGrace: BlueZClient.defaultRemovalGrace)
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["Connected": .bool(true)])
+        try runUntil(mock.loop, "connected") { rec.has(.linkUp(addrA)) }
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["Connected": .bool(false)])
+        try mock.interfacesRemoved(pathA, ["org.bluez.Device1", "org.bluez.Battery1"])
+        var later = false
+        _ = mock.loop.schedule(after: .milliseconds(600)) { later = true }
+        try runUntil(mock.loop, "0.6 s after the device's removal") { later }
+        try mock.updateProperties("/org/bluez/hci0", "org.bluez.Adapter1", ["Powered": .bool(false)])
+        try mock.call("/", "org.bluez.Mock", "RemoveAdapterWithDevices", [.string("hci0")])
+        try runUntil(mock.loop, "adapterGone") { rec.goneCount == 1 }
+        var graceOver = false
+        _ = mock.loop.schedule(after: BlueZClient.defaultRemovalGrace + .milliseconds(200)) { graceOver = true }
+        try runUntil(mock.loop, "grace", limit: .seconds(10)) { graceOver }
+        #expect(!rec.events.contains { if case .deviceRemoved = $0 { true } else { false } }, "\(rec.events)")
+    }
+
     @Test func bluetoothdRestartRebuildsAndReregisters() throws {
         let mock = try MockBlueZ()
         try mock.addAdapter()

@@ -332,10 +332,11 @@ final class Recorder {
 extension MockBlueZ {
     /// A started client with a recorder, waited until `.adapterReady` (unless `waitReady` is false).
     func startClient(_ selector: String = "", uuids: [String] = [ServiceUUID.heartRate], waitReady: Bool = true,
-                     adapterForRegistrar: String? = "/org/bluez/hci0") throws -> (BlueZClient, Recorder, DBusConnection) {
+                     adapterForRegistrar: String? = "/org/bluez/hci0",
+                     removalGrace: Duration = .milliseconds(100)) throws -> (BlueZClient, Recorder, DBusConnection) {
         let conn = try connection()
         if let adapterForRegistrar { try? setRegistrar(adapterForRegistrar, conn.uniqueName) }
-        let client = BlueZClient(connection: conn, adapter: selector, removalGrace: .milliseconds(100))
+        let client = BlueZClient(connection: conn, adapter: selector, removalGrace: removalGrace)
         client.retryDelay = .milliseconds(200)
         if ProcessInfo.processInfo.environment["PAIRD_TEST_LOG"] != nil {
             client.log = { print("[bluez] \($0)") }
