@@ -172,7 +172,6 @@ public final class BlueZClient {
     var pendingRemovals: [DeviceAddress] = []
     var removalTimer: TimerHandle?
 
-    /// `selector`: "" for the first adapter, a name (`hci0`), a path, or an adapter address.
     /// How long a device's removal is held back by default. An unplugged controller's devices
     /// go first, then the adapter: BlueZ 5.66 on the bed (`Tests/e2e/paird_replug.py`) sent the
     /// strap's `InterfacesRemoved` 0.19 s before the adapter's `Powered=false` (0.44 s before
@@ -181,6 +180,7 @@ public final class BlueZClient {
     /// A removal outside paird (`bluetoothctl remove`) is reported this much later.
     public static let defaultRemovalGrace: Duration = .seconds(2)
 
+    /// `selector`: "" for the first adapter, a name (`hci0`), a path, or an adapter address.
     /// `removalGrace`: how long a device's `InterfacesRemoved` is held back before it is
     /// reported; if the adapter goes away meanwhile (controller unplugged, bluetoothd stopping)
     /// it is dropped, since those removals say nothing about the bond.
