@@ -113,10 +113,10 @@ DEB_VERSION  := $(VERSION)+git$(shell git rev-list --count HEAD 2>/dev/null || e
 DIST          = .build/dist
 dist-docs: release
 	mkdir -p $(DIST)/man $(DIST)/completions
-	# swift-argument-parser's generate-manual plugin builds its tool (and the debug products it
-	# would document); the tool then documents the release binaries, each in its own section.
-	PAIRD_VERSION=$(DEB_VERSION) $(SWIFT) package --allow-writing-to-package-directory generate-manual --configuration debug >/dev/null
-	tool=$$($(SWIFT) build --show-bin-path)/generate-manual-tool; \
+	# swift-argument-parser's generate-manual tool, built alone (its plugin would run it on every
+	# executable that links ArgumentParser, the benches too), documents the release pairctl.
+	$(SWIFT) build --product generate-manual >/dev/null
+	tool=$$($(SWIFT) build --show-bin-path)/generate-manual; \
 	  $$tool $(RELEASE_BIN)/pairctl --section 1 --authors 'paird developers' -o $(DIST)/man
 	sed -i '/^$$/d' $(DIST)/man/pairctl.1   # groff: "empty input line"
 	# paird has no verbs: its page from its own --help by a script (synopsis, FILES, EXAMPLES, exit codes)
