@@ -243,6 +243,7 @@ class Wearable:
         self.want_adv = not getattr(args, "away", False)   # --away: start out of range
         self.advertising = False
         self.adv_pending = False
+        self.register_tries = 0
         self.registered = False
         self.battery = args.battery
         self.bpm = 60
@@ -289,8 +290,19 @@ class Wearable:
             ad.Set("org.bluez.Adapter1", "Pairable", dbus.Boolean(True))
             ad.Set("org.bluez.Adapter1", "Alias", dbus.String(self.args.name))
         except dbus.exceptions.DBusException as e:
+            # A bluetoothd just back may still be powering its adapter (Set Powered: Busy) or not
+            # show it yet: the twin tries again, as a real wearable's stack would, for up to 20 s.
+            retriable = e.get_dbus_name() in ("org.bluez.Error.Busy", "org.bluez.Error.NotReady",
+                                              "org.freedesktop.DBus.Error.UnknownObject",
+                                              "org.freedesktop.DBus.Error.UnknownMethod")
+            if retriable and self.register_tries < 40:
+                self.register_tries += 1
+                self.event("retry", where="register", error=str(e))
+                GLib.timeout_add(500, lambda: self.register_all() and False)
+                return False
             self.event("error", where="register", error=str(e))
             return False
+        self.register_tries = 0
 
         def ok():
             self.registered = True
