@@ -23,26 +23,12 @@ LIMIT = 5.0
 PIDF = "/run/bed/bluetoothd.pid"
 
 
-def bluez_owned():
-    return sh("dbus-send --system --print-reply --dest=org.freedesktop.DBus / org.freedesktop.DBus.NameHasOwner "
-              "string:org.bluez", check=False).find("boolean true") >= 0
-
-
-def gone(pid):
-    """The process is gone, or a zombie nobody has reaped yet (stage2 is PID 1 here)."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return any(l.startswith("State:") and "Z" in l.split()[1] for l in f)
-    except FileNotFoundError:
-        return True
-
-
 def segv():
     """kill -SEGV the plain bed's bluetoothd; returns (pid, time of the kill) once it is gone."""
     pid = int(open(PIDF).read().strip())
     t = now()
     os.kill(pid, signal.SIGSEGV)
-    wait_for(lambda: gone(pid) and not bluez_owned(), 15, f"bluetoothd {pid} gone after SIGSEGV", interval=0.05)
+    wait_for(lambda: process_gone(pid) and not bluez_owned(), 15, f"bluetoothd {pid} gone after SIGSEGV", interval=0.05)
     os.unlink(PIDF)   # bluetoothd-ctl start would take a zombie's pid for a running bluetoothd
     return pid, t
 

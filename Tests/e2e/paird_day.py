@@ -102,19 +102,6 @@ class StrapClock:
         return wall(self.t0 + e["t"])
 
 
-def bluez_owned():
-    return sh("dbus-send --system --print-reply --dest=org.freedesktop.DBus / org.freedesktop.DBus.NameHasOwner "
-              "string:org.bluez", check=False).find("boolean true") >= 0
-
-
-def gone(pid):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return any(l.startswith("State:") and "Z" in l.split()[1] for l in f)
-    except FileNotFoundError:
-        return True
-
-
 def connected_note(p, w, after):
     """paird's STATUS "… (addr) connected" received after monotonic `after`: (time, line)."""
     return wait_for(lambda: next(((t, n) for t, n in list(p.notes) if t >= after and n.startswith("STATUS=")
@@ -180,7 +167,7 @@ def main():
         pid = int(open(PIDF).read().strip())
         tk = now()
         os.kill(pid, signal.SIGSEGV)
-        wait_for(lambda: gone(pid) and not bluez_owned(), 15, f"bluetoothd {pid} gone", interval=0.05)
+        wait_for(lambda: process_gone(pid) and not bluez_owned(), 15, f"bluetoothd {pid} gone", interval=0.05)
         os.unlink(PIDF)
         p.wait_state("adapterUnavailable", 15)
         bluetoothd("start")

@@ -967,6 +967,21 @@ def journal_entries(message_id, unit="paird.service"):
     return [e for e in (json.loads(l) for l in out.splitlines() if l.startswith("{")) if e.get("MESSAGE_ID") == message_id]
 
 
+def bluez_owned():
+    """Whether org.bluez has an owner on the system bus now (asked of the bus, not of BlueZ)."""
+    return sh("dbus-send --system --print-reply --dest=org.freedesktop.DBus / org.freedesktop.DBus.NameHasOwner "
+              "string:org.bluez", check=False).find("boolean true") >= 0
+
+
+def process_gone(pid):
+    """The process is gone, or a zombie nobody has reaped yet (stage2 is PID 1 in plain mode)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return any(l.startswith("State:") and "Z" in l.split()[1] for l in f)
+    except FileNotFoundError:
+        return True
+
+
 def bluetoothd_pid():
     """bluetooth.service's main PID (systemd mode); 0 when it is not running."""
     return int(sh("systemctl show -p MainPID --value bluetooth.service").strip() or 0)
