@@ -43,15 +43,7 @@ func clockSeconds() -> Double {
     return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
 }
 
-func fixed(_ x: Double, _ digits: Int) -> String {
-    var scale = 1.0
-    for _ in 0..<digits { scale *= 10 }
-    let n = Int64((abs(x) * scale).rounded())
-    let whole = n / Int64(scale), frac = n % Int64(scale)
-    var f = String(frac)
-    while f.count < digits { f = "0" + f }
-    return (x < 0 && n != 0 ? "-" : "") + "\(whole)" + (digits > 0 ? "." + f : "")
-}
+func fixed(_ x: Double, _ digits: Int) -> String { HistoryText.fixed(x, digits) }
 
 /// SplitMix64: the same record for the same seed.
 struct Random {

@@ -213,7 +213,7 @@ public enum HistoryText {
     }
 
     /// `v` with `digits` decimals (rounded half away from zero).
-    static func fixed(_ v: Double, _ digits: Int) -> String {
+    public static func fixed(_ v: Double, _ digits: Int) -> String {
         var scale = 1.0
         for _ in 0..<digits { scale *= 10 }
         let n = Int64((abs(v) * scale).rounded())

@@ -18,7 +18,7 @@ struct JournalEntry {
             message = n == 0 ? "\(who) reconnected (the kernel's auto-connect)" : "\(who) reconnected after \(n) Connect attempt(s)"
         case .hostAsleep: message = "\(who) let go: the host is going to sleep; paird brings it back after the resume"
         case .resumeEscalation:
-            let step = r.reason.flatMap { $0.split(separator: " ").first.map(String.init) }.flatMap(ResumeStep.init(rawValue:))
+            let step = Self.resumeStep(r)
             let detail = r.reason.map { String($0.drop { $0 != " " }).trimmingPrefix(" ") } ?? ""
             switch step {
             case .autoConnect?: message = "after the resume: the auto-connect registered again; paird's Connect() follows the head start"
@@ -44,7 +44,7 @@ struct JournalEntry {
         case .needsRepair, .pairingFailed, .pairingRefused, .characteristicMissing: priority = .warning
         case .linkLost, .adapterLost, .paired, .connected, .reconnected, .unpaired, .userDisconnected: priority = .notice
         case .stateChanged, .hostAsleep: priority = .info
-        case .resumeEscalation: priority = r.reason?.hasPrefix(ResumeStep.powerCycle.rawValue + " ") == true ? .warning : .notice
+        case .resumeEscalation: priority = Self.resumeStep(r) == .powerCycle ? .warning : .notice
         }
         fields = [
             ("PAIRD_DEVICE", r.device?.description ?? ""),
@@ -54,6 +54,11 @@ struct JournalEntry {
             ("PAIRD_ATTEMPT", r.attempt.map(String.init) ?? ""),
             ("PAIRD_EVENT", r.kind.rawValue),
         ]
+    }
+
+    /// The step a `resumeEscalation` report names: the first word of its reason.
+    static func resumeStep(_ r: Report) -> ResumeStep? {
+        r.reason.flatMap { $0.split(separator: " ").first.map(String.init) }.flatMap(ResumeStep.init(rawValue:))
     }
 }
 

@@ -22,7 +22,7 @@ extension PairingMachine {
             guard let i = slot[a], slots[i].wanted == .connected, slots[i].state.isPursuing else { continue }
             sleep.awaited.append(a)
             guard slots[i].state.link != nil else { continue } // not linked: nothing to let go
-            sleep.linked.append(a)
+            sleep.expected.append(a)
             letGoForSleep(i, now, &actions)
             actions.append(.disconnect(a))
         }
@@ -83,10 +83,9 @@ extension PairingMachine {
         host.lastSleep = s
         let stillWanted = late.filter { a in slot[a].map { slots[$0].wanted == .connected && slots[$0].state.isPursuing } ?? false }
         if !stillWanted.isEmpty, !host.asleep {
-            if !s.backTimes.isEmpty || !adapterUp {
-                // Another one is back (the adapter works), or the adapter is away on its own path.
-                for a in stillWanted { escalate(.away, device: a, now, &actions) }
-            } else if s.poweredCycled {
+            if !s.backTimes.isEmpty || !adapterUp || s.poweredCycled {
+                // Another one is back (the adapter works), the adapter is away on its own path,
+                // or this resume had its power cycle already.
                 for a in stillWanted { escalate(.away, device: a, now, &actions) }
             } else if host.powerCyclesInVain >= config.resumePowerCycles {
                 escalate(.capReached, device: stillWanted.first, now, &actions)
@@ -193,8 +192,7 @@ public struct HostSleep: Sendable, Hashable {
     public var awaited: [DeviceAddress] = []
     public var backTimes: [DeviceAddress: Moment] = [:]
     /// Those linked when it went to sleep: expected back after the resume (the escalation's).
-    public var linked: [DeviceAddress] = []
-    public var expected: [DeviceAddress] { linked }
+    public var expected: [DeviceAddress] = []
     /// Past their deadline (judged once each), the steps taken, whether the adapter was power-cycled.
     public var judged: Set<DeviceAddress> = []
     public var steps: [ResumeStep] = []
