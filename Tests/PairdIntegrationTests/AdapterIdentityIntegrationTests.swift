@@ -93,6 +93,9 @@ struct AdapterIdentityIntegrationTests {
         try host.startPaird()
         try waitFor("paird on hci3", deadline: 15) { (try? host.status())?.adapter?.name == "hci3" }
         #expect(host.log().contains("adapter: \(hci0Address) (hci0 when last seen), as remembered"))
-        #expect(host.state() != "needsRepair")
+        // Status names the adapter once it is selected, before paird has reconciled the watch
+        // with it: wait for that verdict, then judge it.
+        try waitFor("the watch reconciled on hci3", deadline: 15) { ![nil, "restoring", "adapterUnavailable"].contains(host.state()) }
+        #expect(host.state() != "needsRepair", "the bond is on hci3: \(host.state() ?? "nil")")
     }
 }
