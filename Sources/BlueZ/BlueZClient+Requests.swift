@@ -112,8 +112,7 @@ extension BlueZClient {
     /// offering them). BlueZ reads them at registration, so a change re-registers.
     public func setAutoConnectUUIDs(_ uuids: [String]) {
         var seen = Set<String>()
-        wantedUUIDs = uuids.compactMap { ServiceUUID.normalize($0) }.filter { seen.insert($0).inserted }
-        reconcileApplication()
+        present(.wantedUUIDs(uuids.compactMap { ServiceUUID.normalize($0) }.filter { seen.insert($0).inserted }, adapterView()))
     }
 
     /// After `ServicesResolved`: finds the characteristics by UUID under the device (never by a
