@@ -92,9 +92,9 @@ extension BlueZClient {
                 guard let self, gen == self.generation, !self.stopped else { return }
                 self.present(.retryDue(self.adapterView()))
             }
-        case .armed(let uuids):
-            // Reported from the loop's next turn: it changes inside reply handlers.
-            loop.enqueue { [weak self] in self?.emit(.autoConnectArmed(uuids)) }
+        case .armed:
+            // Judged from the loop's next turn: it changes inside reply handlers.
+            loop.enqueue { [weak self] in self?.reportArmed() }
         case .adapterReady(let info):
             namedOtherSaid = nil
             if bindsByAddress, let a = Self.parseAddress(info.address) { knownAddress = a }

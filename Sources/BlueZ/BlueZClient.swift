@@ -124,6 +124,8 @@ public final class BlueZClient {
     var exportedUUIDs: [String] = []
     /// UUIDs BlueZ holds for our application, nil when not registered.
     var registeredUUIDs: [String]? { presence.adapter.application.heldUUIDs }
+    /// The devices `.autoConnectArmed` last named (none before the first).
+    var armedReported: Set<DeviceAddress> = []
     /// The registration retry (`Presence.Action.retryLater`) and the listing's (`listLater`).
     var retryTimer: TimerHandle?
     var listTimer: TimerHandle?

@@ -49,7 +49,8 @@ public struct Presence: Sendable, Equatable {
     public enum Application: Sendable, Equatable {
         case unregistered
         case registering([String])
-        case unregistering
+        /// `UnregisterApplication` sent; BlueZ holds these UUIDs until it answers.
+        case unregistering([String])
         /// BlueZ holds it with these UUIDs.
         case held([String])
         /// `RegisterApplication` failed; tried again when the retry is due.
@@ -64,8 +65,10 @@ public struct Presence: Sendable, Equatable {
 
         /// The UUIDs BlueZ holds, nil when it holds none.
         public var heldUUIDs: [String]? {
-            if case .held(let u) = self { return u }
-            return nil
+            switch self {
+            case .held(let u), .unregistering(let u): u
+            case .unregistered, .registering, .refused: nil
+            }
         }
     }
 
@@ -262,7 +265,7 @@ public struct Presence: Sendable, Equatable {
             retry(&out)
             settle(nil, &out)
         case .applicationUnregistered(let path):
-            guard adapter.path == path, adapter.application == .unregistering else { break }
+            guard adapter.path == path, case .unregistering = adapter.application else { break }
             adapter = adapter.with(.unregistered)
             settle(nil, &out)
         case .retryDue(let view):
@@ -274,7 +277,7 @@ public struct Presence: Sendable, Equatable {
         case .stop:
             if bluetoothd.owner != nil {
                 if agent == .held { out.append(.unregisterAgent) }
-                if let path = adapter.path, adapter.application.heldUUIDs != nil {
+                if let path = adapter.path, case .held = adapter.application {
                     out.append(.unregisterApplication(adapter: path))
                 }
             }
@@ -323,7 +326,7 @@ public struct Presence: Sendable, Equatable {
             }
             if view.mayReselect, verdict != .ready, !adapter.application.busy, let current = adapter.path,
                let best = view.best, best != current {
-                if adapter.application.heldUUIDs != nil { out.append(.unregisterApplication(adapter: current)) }
+                if case .held = adapter.application { out.append(.unregisterApplication(adapter: current)) }
                 out.append(.releaseAdapter(current))
                 adapter = .preparing(path: best, .unregistered)
             }
@@ -346,9 +349,9 @@ public struct Presence: Sendable, Equatable {
         guard let path = adapter.path else { return }
         switch adapter.application {
         case .registering, .unregistering, .refused:
-            return // an answer, or the retry, comes first
+            break // an answer, or the retry, comes first
         case .held(let uuids) where uuids != wanted:
-            adapter = adapter.with(.unregistering)
+            adapter = adapter.with(.unregistering(uuids))
             out.append(.unregisterApplication(adapter: path))
         case .held:
             break

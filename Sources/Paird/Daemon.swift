@@ -46,8 +46,6 @@ public final class Daemon {
     var timers: [Countdown.ID: TimerHandle] = [:]
     var actions: [Action] = []
     var battery: [DeviceAddress: UInt8] = [:]
-    /// What the machine was last told about BlueZ's auto-connect (`Event.autoConnectArmed`).
-    var autoConnectArmed: Set<DeviceAddress>?
     var lastStatus = ""
     /// Why the last state-file write failed; nil once one succeeds.
     var stateFileError: String?
