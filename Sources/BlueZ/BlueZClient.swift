@@ -15,7 +15,8 @@ import PairingCore
 /// Anything of an unexpected shape from the bus is logged and ignored.
 ///
 /// In parts: the object cache (`ObjectCache.swift`), bluetoothd presence and adapter readiness
-/// (`+Presence`), the Agent1/GattProfile1 registrations (`+Registrations`), signal translation
+/// (decided by `Presence.swift`, carried out by `+Presence`), the Agent1/GattProfile1
+/// registrations (`+Registrations`), signal translation
 /// (`+Signals`), requests and link set-up (`+Requests`). The state they share is here.
 public final class BlueZClient {
     /// Counters, for tests and benchmarks.
