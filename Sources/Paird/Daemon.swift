@@ -111,7 +111,15 @@ public final class Daemon {
     /// is applied on a thread of its own (`HistoryStore.compactInBackground`), never on the loop.
     func record(_ input: HistoryRecorder.Input, now: Moment) {
         let records = recorder.handle(input, now: now)
-        metrics?.model.take(records)
+        if let metrics {
+            metrics.model.take(records)
+            if records.contains(where: { $0.kind == .down && $0.reason == HistoryRecord.Reason.linkLoss }) {
+                // Counted once the adapter or bluetoothd had the time to turn out to be its cause.
+                _ = loop.schedule(after: DisconnectClassifier.causeWindow + .seconds(1)) { [weak metrics] in
+                    metrics?.model.settleLinkLosses()
+                }
+            }
+        }
         guard let history, !records.isEmpty else { return }
         do {
             try history.append(records)

@@ -74,9 +74,12 @@ public final class WearableMetrics {
 
     private var values: [String: Values] = [:]
     private var series: [String: Series] = [:]
-    /// Drops whose reason may still change: bluetoothd left the bus (`bluetoothd-gone`) and
-    /// systemd's verdict, which may make it a crash, is not in yet. Counted at the verdict
-    /// (`bluetoothdVerdict`) or the wearable's next line, whichever is first.
+    /// Drops whose reason may still change, counted once it is settled:
+    /// - `bluetoothd-gone`: systemd's verdict, which may make it a crash, is not in yet. Counted
+    ///   at the verdict (`bluetoothdVerdict`) or the wearable's next up or down, whichever is first;
+    /// - `link-loss`: the adapter or bluetoothd may turn out to have taken the link
+    ///   (`DisconnectClassifier.causeWindow`). Counted by `settleLinkLosses` after that window
+    ///   (under the reason the record gave it meanwhile), or at the wearable's next up or down.
     private var pendingDrops: [String: String] = [:]
 
     /// Called after every change (the textfile writer schedules a write).
@@ -113,7 +116,7 @@ public final class WearableMetrics {
             guard let a = r.device else { continue }
             switch r.kind {
             case .up, .down, .change:
-                settle(a)
+                if r.kind != .change { settle(a) } // a change continues the drop
                 if r.reason == HistoryRecord.Reason.unpaired {
                     if values[a] != nil { remove(a); changed = true }
                     continue
@@ -123,7 +126,11 @@ public final class WearableMetrics {
                 series[a]!.connected.set(to: r.kind == .up ? 1 : 0)
                 if r.kind == .up, let latency = r.latency { series[a]!.reconnect.record(latency) }
                 if r.kind == .down, let reason = r.reason {
-                    if reason == HistoryRecord.Reason.bluetoothdGone { pendingDrops[a] = reason } else { countDrop(a, reason) }
+                    if reason == HistoryRecord.Reason.bluetoothdGone || reason == HistoryRecord.Reason.linkLoss {
+                        pendingDrops[a] = reason
+                    } else {
+                        countDrop(a, reason)
+                    }
                 }
                 changed = true
             case .reason:
@@ -166,6 +173,19 @@ public final class WearableMetrics {
         for a in pendingDrops.keys.sorted() { settle(a) }
         onChange()
     }
+
+    /// Counts the drops held back as link losses (under their reason now), except those that
+    /// became bluetoothd's (they wait for its verdict). Called `DisconnectClassifier.causeWindow`
+    /// after a link loss.
+    public func settleLinkLosses() {
+        let due = pendingDrops.filter { $0.value != HistoryRecord.Reason.bluetoothdGone }.keys.sorted()
+        guard !due.isEmpty else { return }
+        for a in due { settle(a) }
+        onChange()
+    }
+
+    /// Whether a drop of this wearable is held back (tests).
+    func pendingDrop(_ a: String) -> String? { pendingDrops[a] }
 
     /// A private address resolved to the wearable's identity.
     public func addressChanged(_ old: String, to new: String) {

@@ -123,6 +123,12 @@ extension PairingMachine {
             let d = slots[i]
             switch d.state {
             case .restoring, .connecting, .discovering, .connected, .waitingForDevice:
+                // A link lost moments ago was the adapter's (bluetoothd stopping drops the links
+                // before it powers the adapter off): its last disconnect says so.
+                if case .waitingForDevice = d.state, let last = d.lastDisconnect, last.reason != "adapter-gone",
+                   now.since(last.at) <= DisconnectClassifier.causeWindow {
+                    slots[i].lastDisconnect = .init(reason: "adapter-gone", at: last.at)
+                }
                 move(i, to: .adapterUnavailable, now, &actions, reason: "adapter-gone")
             case .adapterUnavailable, .disconnected, .needsRepair:
                 break
