@@ -234,12 +234,12 @@ struct HistoryRecorderTests {
     func linkLossLongBeforeAdapter() {
         var r = connectedAt10()
         r.send(.linkDown(watch, linkLoss))
-        r.h.advance(.seconds(6))
+        r.h.advance(.seconds(11))
         r.send(.adapterLost)
         let w = watch.description
         #expect(Array(r.records.suffix(2)) == [
             HistoryRecord(kind: .down, at: epoch + 10, device: w, name: "Watch", condition: .away, reason: "link-loss", lasted: 0),
-            HistoryRecord(kind: .change, at: epoch + 16, device: w, name: "Watch", condition: .down, reason: "adapter-gone"),
+            HistoryRecord(kind: .change, at: epoch + 21, device: w, name: "Watch", condition: .down, reason: "adapter-gone"),
         ])
         #expect(r.h.machine.device(watch)?.lastDisconnect?.reason == "link-loss")
     }
