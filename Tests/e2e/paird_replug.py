@@ -140,6 +140,7 @@ def main():
         p.wait_state("connected", 10)
         n = len(watch.lines("notify"))
         state_lines = len(watch.lines("state"))
+        os.environ["BED_CENTRAL"] = f"hci{cur}"  # bluetoothd-ctl's readiness: hci0 is the placeholder's
         t = now()
         bluetoothd("restart")
         wait_for(lambda: "adapterUnavailable" in watch.states(state_lines) or None, 30, "paird seeing bluetoothd go")
