@@ -199,6 +199,8 @@ public struct Presence: Sendable, Equatable {
     /// Refused registrations in a row (reset by a successful one, and by a new bluetoothd).
     public private(set) var retries = 0
     public private(set) var retryPending = false
+    /// The adapters as last shown (inputs that change only registrations bring no view).
+    private var lastView = AdapterView(adapters: [:], best: nil, mayReselect: false)
 
     public init(wanting wanted: [String] = []) {
         self.wanted = wanted
@@ -341,8 +343,6 @@ public struct Presence: Sendable, Equatable {
         }
         judge(listedOwner != nil ? view : nil, &out)
     }
-
-    private var lastView = AdapterView(adapters: [:], best: nil, mayReselect: false)
 
     /// Brings BlueZ's registration of the application in line with `wanted`, one call at a time.
     private mutating func reconcileApplication(_ out: inout [Action]) {
