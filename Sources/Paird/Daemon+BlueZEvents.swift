@@ -12,6 +12,7 @@ extension Daemon {
             if bluez.bindsByAddress, let a = DeviceAddress(info.address) {
                 feed(.adapterIdentified(configured: config.adapter, address: a, name: info.name))
             }
+            if let a = DeviceAddress(info.address) { feed(.adapterInUse(a)) }
             feed(.adapterReady(bluez.views(for: Array(machine.devices.keys) + machine.leftoverPairAddresses)))
             markReadyIfNeeded()
         case .adapterGone(let reason):
