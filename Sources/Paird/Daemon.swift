@@ -113,7 +113,7 @@ public final class Daemon {
         let records = recorder.handle(input, now: now)
         if let metrics {
             metrics.model.take(records)
-            if records.contains(where: { $0.kind == .down && $0.reason == HistoryRecord.Reason.linkLoss }) {
+            if records.contains(where: { $0.kind == .down && WearableMetrics.waitsForCause($0.reason) }) {
                 // Counted once the adapter or bluetoothd had the time to turn out to be its cause.
                 _ = loop.schedule(after: DisconnectClassifier.causeWindow + .seconds(1)) { [weak metrics] in
                     metrics?.model.settleLinkLosses()

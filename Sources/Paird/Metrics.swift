@@ -77,8 +77,9 @@ public final class WearableMetrics {
     /// Drops whose reason may still change, counted once it is settled:
     /// - `bluetoothd-gone`: systemd's verdict, which may make it a crash, is not in yet. Counted
     ///   at the verdict (`bluetoothdVerdict`) or the wearable's next up or down, whichever is first;
-    /// - `link-loss`: the adapter or bluetoothd may turn out to have taken the link
-    ///   (`DisconnectClassifier.causeWindow`). Counted by `settleLinkLosses` after that window
+    /// - `link-loss` and `adapter-gone`: the adapter or bluetoothd may turn out to have taken the
+    ///   link (`DisconnectClassifier.causeWindow`: bluetoothd stopping drops the links, then
+    ///   powers the adapter off, then leaves). Counted by `settleLinkLosses` after that window
     ///   (under the reason the record gave it meanwhile), or at the wearable's next up or down.
     private var pendingDrops: [String: String] = [:]
 
@@ -126,7 +127,7 @@ public final class WearableMetrics {
                 series[a]!.connected.set(to: r.kind == .up ? 1 : 0)
                 if r.kind == .up, let latency = r.latency { series[a]!.reconnect.record(latency) }
                 if r.kind == .down, let reason = r.reason {
-                    if reason == HistoryRecord.Reason.bluetoothdGone || reason == HistoryRecord.Reason.linkLoss {
+                    if Self.mayChange.contains(reason) {
                         pendingDrops[a] = reason
                     } else {
                         countDrop(a, reason)
@@ -174,9 +175,18 @@ public final class WearableMetrics {
         onChange()
     }
 
-    /// Counts the drops held back as link losses (under their reason now), except those that
-    /// became bluetoothd's (they wait for its verdict). Called `DisconnectClassifier.causeWindow`
-    /// after a link loss.
+    /// The drop reasons held back (`pendingDrops`).
+    static let mayChange: Set = [HistoryRecord.Reason.bluetoothdGone, HistoryRecord.Reason.linkLoss, HistoryRecord.Reason.adapterGone]
+
+    /// Whether a drop with this reason is counted only after `DisconnectClassifier.causeWindow`
+    /// (`settleLinkLosses`).
+    public static func waitsForCause(_ reason: String?) -> Bool {
+        reason == HistoryRecord.Reason.linkLoss || reason == HistoryRecord.Reason.adapterGone
+    }
+
+    /// Counts the drops held back as link losses or the adapter's (under their reason now),
+    /// except those that became bluetoothd's (they wait for its verdict). Called
+    /// `DisconnectClassifier.causeWindow` after such a drop.
     public func settleLinkLosses() {
         let due = pendingDrops.filter { $0.value != HistoryRecord.Reason.bluetoothdGone }.keys.sorted()
         guard !due.isEmpty else { return }

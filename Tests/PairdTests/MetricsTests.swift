@@ -116,6 +116,13 @@ struct MetricsTests {
         m.take([HistoryRecord(kind: .reason, at: Self.t0 + 40.2, device: Self.d, name: "Watch", reason: HistoryRecord.Reason.adapterGone)])
         m.settleLinkLosses()
         #expect(drops("adapter-gone") == 1 && drops("link-loss") == 1)
+        // bluetoothd stopping with the link seen going only with the adapter: adapter-gone at
+        // first, bluetoothd's when it leaves, counted at its verdict.
+        m.take([up(Self.t0 + 50), down(Self.t0 + 60, HistoryRecord.Reason.adapterGone, .down)])
+        m.take([HistoryRecord(kind: .reason, at: Self.t0 + 60.2, device: Self.d, name: "Watch", reason: HistoryRecord.Reason.bluetoothdGone)])
+        m.settleLinkLosses()
+        m.bluetoothdVerdict(crashed: false)
+        #expect(drops("adapter-gone") == 1 && drops("bluetoothd-gone") == 2)
     }
 
     @Test("unpaired: its series go; renamed or a new address: new series with the counters carried over")
