@@ -57,7 +57,7 @@ for b in bins:
             sys.exit(f"arm64-deps: {so} (needed by {b}) is in no package of {sysroot}/debs")
         if so in symbols:
             spkg, table = symbols[so]
-            vers = [table[s] for s in imports if s in table]
+            vers = [table[s] for s in imports if s in table and table[s] != "0"]   # 0: any version
             best = ""
             for v in vers:
                 if not best or vkey((v, best)):

@@ -8,14 +8,15 @@ here=$(cd "$(dirname "$0")" && pwd)
 "$here/sid-chroot.sh" true   # made once per machine (not timed below)
 # The mock BlueZ of the unit tier is bookworm's python3-dbusmock (0.28.7, what the host and CI run):
 # sid's (0.38) dropped the class argument of its bluez5 template's PairDevice, which the tests
-# pass. It is pure Python; installed in the chroot once.
+# pass. It is pure Python: unpacked under .build-swiftlang and put first on PYTHONPATH (installing
+# it in the chroot would need sid's dbus-x11, uninstallable there now).
 cache=${PAIRD_ARM64_CACHE:-/var/cache/paird-arm64}
-if ! "$here/sid-chroot.sh" sh -c 'dpkg-query -W -f="\${Version}" python3-dbusmock | grep -q "^0\.28\."'; then
+mock=.build-swiftlang/dbusmock-0.28.7
+if [[ ! -d $here/../$mock ]]; then
   mkdir -p "$cache/debs-bookworm-all"
-  ls "$cache"/debs-bookworm-all/python3-dbusmock_0.28*.deb >/dev/null 2>&1 ||
-    { "$here/papt" bookworm amd64 update >/dev/null; (cd "$cache/debs-bookworm-all" && "$here/papt" bookworm amd64 download python3-dbusmock); }
-  mkdir -p "$here/../.build-swiftlang"; cp "$cache"/debs-bookworm-all/python3-dbusmock_0.28*.deb "$here/../.build-swiftlang/"
-  "$here/sid-chroot.sh" sh -c 'dpkg -i .build-swiftlang/python3-dbusmock_0.28*.deb && apt-mark hold python3-dbusmock'
+  ls "$cache"/debs-bookworm-all/python3-dbusmock_0.28.7*.deb >/dev/null 2>&1 ||
+    { "$here/papt" bookworm amd64 update >/dev/null; (cd "$cache/debs-bookworm-all" && "$here/papt" bookworm amd64 download python3-dbusmock=0.28.7-1); }
+  mkdir -p "$here/../$mock"; dpkg-deb -x "$cache"/debs-bookworm-all/python3-dbusmock_0.28.7*.deb "$here/../$mock"
 fi
 exec "$here/sid-chroot.sh" bash -c '
   set -euo pipefail
@@ -29,6 +30,8 @@ exec "$here/sid-chroot.sh" bash -c '
   mkdir -p .build-swiftlang/stub; ar rcs .build-swiftlang/stub/lib_Testing_Foundation.a
   swift build --scratch-path .build-swiftlang --build-tests -Xlinker -L/src/.build-swiftlang/stub
   t2=$(date +%s); echo "check-swiftlang: swift build --build-tests $((t2 - t1)) s"
+  export PYTHONPATH=/src/'"$mock"'/usr/lib/python3/dist-packages
+  python3 -c "import dbusmock, sys; print(\"python-dbusmock\", dbusmock.__version__, \"from\", dbusmock.__file__)"
   rc=0; swift test --scratch-path .build-swiftlang --skip-build "$@" || rc=$?
   t3=$(date +%s); echo "check-swiftlang: swift test $((t3 - t2)) s; in all $((t3 - t0)) s; exit $rc"
   exit $rc' bash "$@"
