@@ -20,11 +20,13 @@ exec "$here/arm64-root.sh" bash -c '
   echo "== paird --version: $(paird --version)"
   echo "== pairctl --help (first lines)"; pairctl --help | head -5
   mkdir -p /run/dbus; dpid=$(dbus-daemon --system --fork --nopidfile --print-pid)
-  echo "== paird against the system bus, no bluetoothd (8 s)"
-  paird >/tmp/paird.log 2>&1 & p=$!
+  # What the unit gives it (StateDirectory=paird, mode 0700; User=paird): no systemd runs here.
+  install -d -m 0700 -o paird -g paird /var/lib/paird
+  echo "== paird as user paird against the system bus, no bluetoothd (8 s)"
+  setpriv --reuid=paird --regid=paird --init-groups paird >/tmp/paird.log 2>&1 & p=$!
   sleep 8
   if kill -0 $p; then echo "paird up after 8 s (pid $p); VmRSS $(awk "/VmRSS/{print \$2, \$3}" /proc/$p/status) (under qemu-user: includes the emulator)"; else echo "paird exited"; fi
   echo "== pairctl status"; timeout 20 pairctl status 2>&1 | head -8 || true
-  kill -TERM $p; rc=0; wait $p || rc=$?; echo "paird exit status after SIGTERM: $rc"
+  kill -TERM $p || true; rc=0; wait $p || rc=$?; echo "paird exit status after SIGTERM: $rc"
   echo "== paird output"; head -15 /tmp/paird.log
   kill $dpid   # by its pid: this chroot shares the host'"'"'s process table' bash "$deb"
