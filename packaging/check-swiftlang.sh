@@ -8,8 +8,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 "$here/sid-chroot.sh" true   # made once per machine (not timed below)
 # The mock BlueZ of the unit tier is bookworm's python3-dbusmock (0.28.7, what the host and CI run):
 # sid's (0.38) dropped the class argument of its bluez5 template's PairDevice, which the tests
-# pass. It is pure Python: unpacked under .build-swiftlang and put first on PYTHONPATH (installing
-# it in the chroot would need sid's dbus-x11, uninstallable there now).
+# pass. It is pure Python: unpacked under .build-swiftlang and copied into the chroot's
+# /usr/local/lib/python3.*/dist-packages, which comes before Debian's (the tests clear PYTHONPATH;
+# installing the .deb in the chroot would need sid's dbus-x11, uninstallable there now).
 cache=${PAIRD_ARM64_CACHE:-/var/cache/paird-arm64}
 mock=.build-swiftlang/dbusmock-0.28.7
 if [[ ! -d $here/../$mock ]]; then
@@ -30,7 +31,10 @@ exec "$here/sid-chroot.sh" bash -c '
   mkdir -p .build-swiftlang/stub; ar rcs .build-swiftlang/stub/lib_Testing_Foundation.a
   swift build --scratch-path .build-swiftlang --build-tests -Xlinker -L/src/.build-swiftlang/stub
   t2=$(date +%s); echo "check-swiftlang: swift build --build-tests $((t2 - t1)) s"
-  export PYTHONPATH=/src/'"$mock"'/usr/lib/python3/dist-packages
+  # The bluetooth group (bluez makes it on a host): PrivacyTests checks the real D-Bus policy with it.
+  getent group bluetooth >/dev/null || groupadd --system bluetooth
+  site=$(python3 -c "import sys; print(\"/usr/local/lib/python%d.%d/dist-packages\" % sys.version_info[:2])")
+  mkdir -p $site; rm -rf $site/dbusmock; cp -r /src/'"$mock"'/usr/lib/python3/dist-packages/dbusmock $site/
   python3 -c "import dbusmock, sys; print(\"python-dbusmock\", dbusmock.__version__, \"from\", dbusmock.__file__)"
   rc=0; swift test --scratch-path .build-swiftlang --skip-build "$@" || rc=$?
   t3=$(date +%s); echo "check-swiftlang: swift test $((t3 - t2)) s; in all $((t3 - t0)) s; exit $rc"
