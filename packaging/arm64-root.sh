@@ -11,7 +11,12 @@ cache=${PAIRD_ARM64_CACHE:-/var/cache/paird-arm64}
 INCLUDE=dbus,ca-certificates
 key=$(printf '%s\n' bookworm arm64 "$INCLUDE" | sha256sum | cut -c1-12)
 root=$cache/bookworm-arm64-$key
-[[ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]] || { echo "arm64-root: no binfmt for aarch64: apt-get install qemu-user-static binfmt-support" >&2; exit 1; }
+# arm64 programs run through qemu-user-static's binfmt handler (F flag: it works inside the chroot).
+command -v debootstrap >/dev/null && [[ -e /usr/libexec/qemu-binfmt/aarch64-binfmt-P ]] ||
+  { apt-get -q update && apt-get -q install -y --no-install-recommends debootstrap qemu-user-static binfmt-support; }
+[[ -e /proc/sys/fs/binfmt_misc/register ]] || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+[[ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]] || update-binfmts --enable qemu-aarch64
+[[ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]] || { echo "arm64-root: no binfmt handler for aarch64" >&2; exit 1; }
 if [[ ! -e $root/.ready ]]; then
   t0=$(date +%s); rm -rf "$root.tmp"
   debootstrap --foreign --arch=arm64 --variant=minbase --include=$INCLUDE bookworm "$root.tmp" http://deb.debian.org/debian >"$cache/debootstrap-$key.log" 2>&1

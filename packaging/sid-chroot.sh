@@ -22,6 +22,7 @@ PKGS=(
 key=$(printf '%s\n' "$SUITE" "${PKGS[@]}" | sha256sum | cut -c1-12)
 root=$cache/$SUITE-amd64-$key
 mkdir -p "$cache"
+command -v debootstrap >/dev/null || { apt-get -q update && apt-get -q install -y --no-install-recommends debootstrap; }
 
 if [[ ! -e $root/.ready ]]; then
   t0=$(date +%s)
