@@ -129,9 +129,9 @@ dist-docs: release
 ## checked with lintian (its output in .build/deb/lintian.txt).
 ## make deb ARCH=arm64: .build/deb-arm64/paird_<version>_arm64.deb for Debian bookworm arm64 and
 ## Raspberry Pi OS, cross-built by Debian's swiftlang 6.2 in a sid chroot against a bookworm arm64
-## sysroot (packaging/build-arm64.sh; README, "Supported hosts"). Its manual pages and completions
+## sysroot (debian/cross/build-arm64.sh; README, "Supported hosts"). Its manual pages and completions
 ## are the host's (make dist-docs); strip and the library dependencies are done by
-## packaging/build-arm64.sh and packaging/arm64-deps.py (debian/rules, cross build).
+## debian/cross/build-arm64.sh and debian/cross/arm64-deps.py (debian/rules, cross build).
 DEB_ARCH     := amd64
 ifeq ($(origin ARCH),command line)
 DEB_ARCH     := $(ARCH)
@@ -142,7 +142,7 @@ DEB_BINS      = release
 DEB_ENV       =
 else ifeq ($(DEB_ARCH),arm64)
 DEB_BINS      = release-arm64
-DEB_ENV       = RELEASE_BIN=.build-arm64/deb-bin PAIRD_CROSS=$$(packaging/arm64-sysroot.sh)
+DEB_ENV       = RELEASE_BIN=.build-arm64/deb-bin PAIRD_CROSS=$$(debian/cross/arm64-sysroot.sh)
 else
 $(error ARCH=$(DEB_ARCH): make deb builds amd64 or arm64)
 endif
@@ -157,14 +157,14 @@ deb: deps $(DEB_BINS) dist-docs
 	  ! grep -q '^E:' $(DEBDIR)/lintian.txt
 	@ls -l $(DEBDIR)/*.deb
 
-## release-arm64: paird and pairctl for arm64 (packaging/build-arm64.sh; prints its time).
+## release-arm64: paird and pairctl for arm64 (debian/cross/build-arm64.sh; prints its time).
 release-arm64:
-	PAIRD_VERSION=$(DEB_VERSION) packaging/build-arm64.sh
+	PAIRD_VERSION=$(DEB_VERSION) debian/cross/build-arm64.sh
 
 ## check-swiftlang: the package built with Debian's swiftlang 6.2 (sid amd64 chroot) and its
-## unit tier run there (packaging/check-swiftlang.sh; prints its time).
+## unit tier run there (debian/cross/check-swiftlang.sh; prints its time).
 check-swiftlang:
-	PAIRD_VERSION=$(DEB_VERSION) packaging/check-swiftlang.sh
+	PAIRD_VERSION=$(DEB_VERSION) debian/cross/check-swiftlang.sh
 
 # Examples for the metrics (docs/reference.md, "Metrics for Prometheus"): share/doc/paird/examples.
 EXAMPLES      = etc/prometheus/paird-alerts.yml etc/prometheus/paird-alerts.test.yml etc/grafana/paird-dashboard.json

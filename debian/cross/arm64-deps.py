@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """arm64-deps.py SYSROOT BINARY... — the Depends: line of binaries built against the arm64
-sysroot of packaging/arm64-sysroot.sh, computed as dpkg-shlibdeps does (it cannot here: the arm64
+sysroot of debian/cross/arm64-sysroot.sh, computed as dpkg-shlibdeps does (it cannot here: the arm64
 libraries are unpacked, not installed): each DT_NEEDED library (readelf -d) is found in the
 sysroot, its package in SYSROOT/debs by the package's file list, and the version from that
 package's symbols file: the highest minimal version among the symbols the binaries import

@@ -1,6 +1,6 @@
 #!/bin/bash
 # check-swiftlang.sh — the same source built with Debian's own Swift (swiftlang 6.2.x, sid amd64,
-# in the chroot of packaging/sid-chroot.sh) and its unit tier run there: swift build,
+# in the chroot of debian/cross/sid-chroot.sh) and its unit tier run there: swift build,
 # swift build --build-tests, swift test --skip-build. Build folder: .build-swiftlang (the host's
 # Swift 6.3 keeps .build). Prints each step's time. `make check-swiftlang` runs it.
 set -euo pipefail
@@ -13,11 +13,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 # installing the .deb in the chroot would need sid's dbus-x11, uninstallable there now).
 cache=${PAIRD_ARM64_CACHE:-/var/cache/paird-arm64}
 mock=.build-swiftlang/dbusmock-0.28.7
-if [[ ! -d $here/../$mock ]]; then
+if [[ ! -d $here/../../$mock ]]; then
   mkdir -p "$cache/debs-bookworm-all"
   ls "$cache"/debs-bookworm-all/python3-dbusmock_0.28.7*.deb >/dev/null 2>&1 ||
     { "$here/papt" bookworm amd64 update >/dev/null; (cd "$cache/debs-bookworm-all" && "$here/papt" bookworm amd64 download python3-dbusmock=0.28.7-1); }
-  mkdir -p "$here/../$mock"; dpkg-deb -x "$cache"/debs-bookworm-all/python3-dbusmock_0.28.7*.deb "$here/../$mock"
+  mkdir -p "$here/../../$mock"; dpkg-deb -x "$cache"/debs-bookworm-all/python3-dbusmock_0.28.7*.deb "$here/../../$mock"
 fi
 exec "$here/sid-chroot.sh" bash -c '
   set -euo pipefail

@@ -1,4 +1,4 @@
-/* glibc-compat.c — linked into the arm64 binaries only (packaging/build-arm64.sh).
+/* glibc-compat.c — linked into the arm64 binaries only (debian/cross/build-arm64.sh).
  *
  * The arm64 Swift runtime comes from Debian's swiftlang (sid), built against glibc 2.42: its
  * static libraries (swift_static) call four functions that bookworm's glibc 2.36 lacks. Each is

@@ -5,7 +5,7 @@
 #                       paird links (libdbus-1-dev, libsystemd-dev) with their dependencies, each
 #                       unpacked by dpkg-deb -x (nothing installed; absolute symlinks made relative),
 #                       so the binaries link against what bookworm arm64 has;
-#   sysroot/debs/       the .debs themselves (packaging/arm64-deps.sh reads their shlibs/symbols);
+#   sysroot/debs/       the .debs themselves (debian/cross/arm64-deps.sh reads their shlibs/symbols);
 #   swift/              Debian's swiftlang (sid) arm64 resource dir: usr/libexec/swift/lib/{swift,
 #                       swift_static,clang} — the Swift modules and the static Swift runtime.
 # Keyed by the package lists and swiftlang's version.

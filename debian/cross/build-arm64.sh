@@ -2,8 +2,8 @@
 # build-arm64.sh — paird and pairctl for arm64 (aarch64), release, Swift runtime linked in
 # statically, into .build-arm64/aarch64-unknown-linux-gnu/release (stripped copies for the
 # package in .build-arm64/deb-bin): cross-compiled by Debian's
-# swiftlang 6.2 for amd64 (the sid chroot of packaging/sid-chroot.sh) against an arm64 sysroot
-# of bookworm's libraries and swiftlang's arm64 runtime (packaging/arm64-sysroot.sh).
+# swiftlang 6.2 for amd64 (the sid chroot of debian/cross/sid-chroot.sh) against an arm64 sysroot
+# of bookworm's libraries and swiftlang's arm64 runtime (debian/cross/arm64-sysroot.sh).
 # Checks that the binaries are aarch64 and need no glibc symbol version newer than bookworm's 2.36.
 # PAIRD_VERSION (the Makefile's) is the version string they carry.
 set -euo pipefail
@@ -17,7 +17,7 @@ PAIRD_CROSS=$cross "$here/sid-chroot.sh" bash -c '
   S=/cross/sysroot R=/cross/swift/usr/libexec/swift/lib/swift_static T=aarch64-unknown-linux-gnu
   out=.build-arm64; mkdir -p $out
   # bookworm glibc 2.36 stand-ins for the 4 newer-glibc functions swift_static calls.
-  /usr/libexec/swift/bin/clang --target=$T --sysroot=$S -O2 -fPIC -c packaging/glibc-compat.c -o $out/glibc-compat.o
+  /usr/libexec/swift/bin/clang --target=$T --sysroot=$S -O2 -fPIC -c debian/cross/glibc-compat.c -o $out/glibc-compat.o
   # dbus-1.pc and libsystemd.pc with their paths inside the sysroot (SwiftPM'"'"'s own pkg-config
   # reader applies PKG_CONFIG_SYSROOT_DIR to some -I paths and not to others), found before the
   # chroot'"'"'s own amd64 ones.

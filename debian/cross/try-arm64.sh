@@ -1,11 +1,11 @@
 #!/bin/bash
-# try-arm64.sh DEB — the arm64 package installed in Debian bookworm arm64 (packaging/arm64-root.sh:
+# try-arm64.sh DEB — the arm64 package installed in Debian bookworm arm64 (debian/cross/arm64-root.sh:
 # a bookworm arm64 root under qemu-user, apt sources bookworm's alone) with apt, and run there:
 # paird --version, pairctl --help, paird against a system dbus-daemon with no bluetoothd (it
 # must start, say it waits for BlueZ, and stay up), pairctl status against it, paird's RSS.
 # qemu-user runs the arm64 binaries on this amd64 host: the RSS it shows includes qemu's own.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd); src=$(cd "$here/.." && pwd)
+here=$(cd "$(dirname "$0")" && pwd); src=$(cd "$here/../.." && pwd)
 deb=$(realpath "$1"); [[ $deb == "$src"/* ]] || { echo "try-arm64: $deb must be inside $src" >&2; exit 1; }
 t0=$(date +%s)
 exec "$here/arm64-root.sh" bash -c '

@@ -3,10 +3,10 @@
 # stage run under qemu-user-static through binfmt), made once per machine under the cache dir
 # (PAIRD_ARM64_CACHE, /var/cache/paird-arm64), its apt sources bookworm's alone; COMMAND run in it
 # (in a private mount namespace) with this source tree at /src. Used to install the arm64 .deb
-# from bookworm's archive and run it (packaging/try-arm64.sh). Needs qemu-user-static.
+# from bookworm's archive and run it (debian/cross/try-arm64.sh). Needs qemu-user-static.
 set -euo pipefail
 [[ -n ${PAIRD_CHROOT_NS:-} ]] || PAIRD_CHROOT_NS=1 exec unshare --mount --propagation private "$0" "$@"
-here=$(cd "$(dirname "$0")" && pwd); src=$(cd "$here/.." && pwd)
+here=$(cd "$(dirname "$0")" && pwd); src=$(cd "$here/../.." && pwd)
 cache=${PAIRD_ARM64_CACHE:-/var/cache/paird-arm64}
 INCLUDE=dbus,ca-certificates
 key=$(printf '%s\n' bookworm arm64 "$INCLUDE" | sha256sum | cut -c1-12)
