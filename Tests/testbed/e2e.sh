@@ -14,6 +14,11 @@
 # time (docs/development.md, "What runs where": measured side by side). Each run's console goes to
 # testbed-out/<run>.console.log and is printed whole when the run ends, so runs never interleave.
 # E2E_JOBS=1 runs one VM at a time (benchmarks, timing-sensitive work).
+# E2E_GROUP=N (default 5): plain-mode runs (no boots=, no own_vm=yes in the header) with the same
+# wearable implementation and BlueZ version share a VM, N at most (run-vm --group, guest/run-group:
+# a reset between them, and a check that stops the group on any change the reset does not
+# cover); every run keeps its own result line, logs, console and timing. E2E_GROUP=1: a VM each.
+# README, "Group VMs".
 #
 # Prints PASS/FAIL per (scenario, wearable implementation, BlueZ version) — "PASS  paird_pair
 # [bumble, bluez 5.66]  (25.8 s; timing: boot 3.3 · stack 5.8 · …)" — with its wall time and where
