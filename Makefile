@@ -10,7 +10,7 @@ RELEASE_BIN   = .build/release
 # passes the same flags, or SwiftPM would rebuild .build/release back and forth.
 RELEASE       = PAIRD_VERSION=$(DEB_VERSION) $(SWIFT) build -c release --static-swift-stdlib
 
-.PHONY: all deps build release test unit e2e e2e-ci e2e-all e2e-versions bluez-builds demo bench soak dist-docs deb install uninstall purge clean
+.PHONY: all deps build release test unit e2e e2e-ci e2e-all e2e-versions bluez-builds demo bench soak dist-docs deb release-arm64 check-swiftlang install uninstall purge clean
 
 all: build
 
@@ -127,16 +127,44 @@ dist-docs: release
 
 ## deb: the Debian package, .build/deb/paird_<version>_amd64.deb (dpkg-buildpackage; debhelper),
 ## checked with lintian (its output in .build/deb/lintian.txt).
-deb: deps release dist-docs
-	rm -rf .build/deb && mkdir -p .build/deb
+## make deb ARCH=arm64: .build/deb-arm64/paird_<version>_arm64.deb for Debian bookworm arm64 and
+## Raspberry Pi OS, cross-built by Debian's swiftlang 6.2 in a sid chroot against a bookworm arm64
+## sysroot (debian/cross/build-arm64.sh; README, "Supported hosts"). Its manual pages and completions
+## are the host's (make dist-docs); strip and the library dependencies are done by
+## debian/cross/build-arm64.sh and debian/cross/arm64-deps.py (debian/rules, cross build).
+DEB_ARCH     := amd64
+ifeq ($(origin ARCH),command line)
+DEB_ARCH     := $(ARCH)
+endif
+DEBDIR        = $(if $(filter amd64,$(DEB_ARCH)),.build/deb,.build/deb-$(DEB_ARCH))
+ifeq ($(DEB_ARCH),amd64)
+DEB_BINS      = release
+DEB_ENV       =
+else ifeq ($(DEB_ARCH),arm64)
+DEB_BINS      = release-arm64
+DEB_ENV       = RELEASE_BIN=.build-arm64/deb-bin PAIRD_CROSS=$$(debian/cross/arm64-sysroot.sh)
+else
+$(error ARCH=$(DEB_ARCH): make deb builds amd64 or arm64)
+endif
+deb: deps $(DEB_BINS) dist-docs
+	rm -rf $(DEBDIR) && mkdir -p $(DEBDIR)
 	printf 'paird (%s) unstable; urgency=medium\n\n  * Built from %s.\n\n -- paird developers <paird@users.noreply.github.com>  %s\n' \
 	  '$(DEB_VERSION)' "$$(git describe --always --dirty 2>/dev/null || echo 'a tree outside git')" "$$(date -R)" > debian/changelog
-	dpkg-buildpackage -b -us -uc -d --no-pre-clean --buildinfo-option=-u.build/deb --changes-option=-u.build/deb \
-	  --buildinfo-file=.build/deb/paird_$(DEB_VERSION)_amd64.buildinfo --changes-file=.build/deb/paird_$(DEB_VERSION)_amd64.changes
+	$(DEB_ENV) DEBDIR=$(DEBDIR) dpkg-buildpackage -b -us -uc -d --host-arch $(DEB_ARCH) --no-pre-clean --buildinfo-option=-u$(DEBDIR) --changes-option=-u$(DEBDIR) \
+	  --buildinfo-file=$(DEBDIR)/paird_$(DEB_VERSION)_$(DEB_ARCH).buildinfo --changes-file=$(DEBDIR)/paird_$(DEB_VERSION)_$(DEB_ARCH).changes
 	debian/rules clean >/dev/null && rm -f debian/changelog
-	lintian --tag-display-limit 0 .build/deb/paird_$(DEB_VERSION)_amd64.deb 2>&1 | tee .build/deb/lintian.txt; \
-	  ! grep -q '^E:' .build/deb/lintian.txt
-	@ls -l .build/deb/*.deb
+	lintian --tag-display-limit 0 $(DEBDIR)/paird_$(DEB_VERSION)_$(DEB_ARCH).deb 2>&1 | tee $(DEBDIR)/lintian.txt; \
+	  ! grep -q '^E:' $(DEBDIR)/lintian.txt
+	@ls -l $(DEBDIR)/*.deb
+
+## release-arm64: paird and pairctl for arm64 (debian/cross/build-arm64.sh; prints its time).
+release-arm64:
+	PAIRD_VERSION=$(DEB_VERSION) debian/cross/build-arm64.sh
+
+## check-swiftlang: the package built with Debian's swiftlang 6.2 (sid amd64 chroot) and its
+## unit tier run there (debian/cross/check-swiftlang.sh; prints its time).
+check-swiftlang:
+	PAIRD_VERSION=$(DEB_VERSION) debian/cross/check-swiftlang.sh
 
 # Examples for the metrics (docs/reference.md, "Metrics for Prometheus"): share/doc/paird/examples.
 EXAMPLES      = etc/prometheus/paird-alerts.yml etc/prometheus/paird-alerts.test.yml etc/grafana/paird-dashboard.json

@@ -2,9 +2,116 @@ import DBus
 import EventLoop
 import PairingCore
 
-/// bluetoothd on the bus (NameOwnerChanged, one GetManagedObjects per owner) and the selected
-/// adapter's readiness: what `adapterReady` / `adapterGone` are decided from.
+/// bluetoothd on the bus (NameOwnerChanged, one GetManagedObjects per owner), the adapter's
+/// choice, and the bridge to `Presence`: bus traffic in as `Presence.Input`s, its actions out as
+/// calls, events and forgotten state. What is decided is decided there.
 extension BlueZClient {
+    // MARK: - Into the presence machine
+
+    /// Hands the machine an input and carries out what it returns, in order. An input that
+    /// arrives while actions run (an event's handler calling back into the client) is queued
+    /// behind them.
+    func present(_ input: Presence.Input) {
+        pendingPresence.append(input)
+        guard !drainingPresence else { return }
+        drainingPresence = true
+        defer { drainingPresence = false }
+        while !pendingPresence.isEmpty {
+            let next = pendingPresence.removeFirst()
+            for action in presence.handle(next) { perform(action) }
+        }
+    }
+
+    /// The adapters as the cache shows them, and the one the selector picks now.
+    func adapterView() -> Presence.AdapterView {
+        var adapters: [String: AdapterInfo] = [:]
+        for path in cache.adapterPaths {
+            guard let props = cache[path]?[Iface.adapter] else { continue }
+            adapters[path] = AdapterInfo(path: path, name: String(path.split(separator: "/").last ?? ""),
+                                         address: props["Address"]?.string ?? "", powered: props["Powered"]?.bool ?? false)
+        }
+        return Presence.AdapterView(adapters: adapters, best: presence.listedOwner != nil ? selectAdapter() : nil,
+                                    mayReselect: selector.isEmpty && knownAddress == nil)
+    }
+
+    /// The cache changed in a way that may matter to the adapter's choice or readiness.
+    func evaluate() { present(.viewChanged(adapterView())) }
+
+    func perform(_ action: Presence.Action) {
+        switch action {
+        case .announcePresence(let present):
+            if !present { note("bluetoothd left the bus") }
+            onPresence?(present)
+        case .announceAbsent:
+            onAbsent?()
+        case .list(let owner):
+            generation += 1
+            listTimer?.cancel()
+            list(owner)
+        case .listLater(let owner):
+            let gen = generation
+            listTimer?.cancel()
+            listTimer = loop.schedule(after: retryDelay) { [weak self] in
+                guard let self, gen == self.generation, !self.stopped else { return }
+                self.present(.ownerAppeared(owner))
+            }
+        case .forgetBluetoothd:
+            generation += 1
+            cache.clear()
+            disconnectReasons = [:]
+            liveLinks = []
+            dropsRequested = []
+            provenLinks = []
+            dropAgentCalls("bluetoothd left the bus")
+            retryTimer?.cancel()
+            listTimer?.cancel()
+        case .releaseAdapter(let path):
+            note("no longer using adapter \(path)")
+            discoveryActive = false
+        case .registerAgent:
+            registerAgent()
+        case .unregisterAgent:
+            call("/org/bluez", Iface.agentManager, "UnregisterAgent", [.objectPath(Self.agentPath)]) { [weak self] result in
+                if case .failure(let e) = result { self?.note("UnregisterAgent: \(e)") }
+            }
+        case .registerApplication(let adapter, let uuids):
+            registerApplication(on: adapter, uuids)
+        case .unregisterApplication(let adapter):
+            let gen = generation
+            call(adapter, Iface.gattManager, "UnregisterApplication", [.objectPath(Self.applicationPath)]) { [weak self] result in
+                guard let self else { return }
+                if case .failure(let e) = result { self.note("UnregisterApplication on \(adapter): \(e)") }
+                guard gen == self.generation else { return }
+                self.present(.applicationUnregistered(adapter: adapter))
+            }
+        case .retryLater(let attempt):
+            let gen = generation
+            let delay = Self.registrationBackoff(base: retryDelay, max: maxRetryDelay).delay(attempt: attempt, unit: 0)
+            retryTimer?.cancel()
+            retryTimer = loop.schedule(after: delay) { [weak self] in
+                guard let self, gen == self.generation, !self.stopped else { return }
+                self.present(.retryDue(self.adapterView()))
+            }
+        case .armed:
+            // Judged from the loop's next turn: it changes inside reply handlers.
+            loop.enqueue { [weak self] in self?.reportArmed() }
+        case .adapterReady(let info):
+            namedOtherSaid = nil
+            if bindsByAddress, let a = Self.parseAddress(info.address) { knownAddress = a }
+            note("adapter \(info.name) ready")
+            emit(.adapterReady(info))
+        case .adapterGone(let reason, let wasReady):
+            if wasReady {
+                pendingRemovals = []
+                removalTimer?.cancel()
+                note("adapter gone: \(reason)")
+            } else {
+                note("no usable adapter: \(reason)")
+            }
+            emit(.adapterGone(reason: reason))
+        }
+    }
+
     // MARK: - bluetoothd presence
 
     func resolveOwner() {
@@ -15,13 +122,11 @@ extension BlueZClient {
             switch result {
             case .success(let values):
                 guard values.count == 1, let name = values[0].string else { return }
-                self.bluetoothdAppeared(name)
+                self.present(.ownerAppeared(name))
             case .failure(let e):
                 // Not running: wait for NameOwnerChanged (never activate it ourselves).
                 self.note("org.bluez not on the bus (\(e.name)); waiting for it")
-                self.bluetoothdKnownAbsent = true
-                if self.presenceAnnounced == nil { self.onAbsent?() }
-                self.evaluate()
+                self.present(.ownerAbsent)
             }
         }
     }
@@ -33,47 +138,12 @@ extension BlueZClient {
             return
         }
         stats.signalsHandled += 1
-        if !old.isEmpty || owner != nil { bluetoothdLeft() }
-        if !new.isEmpty { bluetoothdAppeared(new) }
+        if !old.isEmpty || owner != nil { present(.ownerLeft) }
+        if !new.isEmpty { present(.ownerAppeared(new)) }
     }
 
-    func bluetoothdLeft() {
-        guard owner != nil || synced else { return }
-        note("bluetoothd left the bus")
-        presenceAnnounced = false
-        onPresence?(false)
-        owner = nil
-        generation += 1
-        synced = false
-        cache.clear()
-        disconnectReasons = [:]
-        liveLinks = []
-        dropsRequested = []
-        provenLinks = []
-        agentState = .none
-        agentRegistered = false
-        dropAgentCalls("bluetoothd left the bus")
-        registeredUUIDs = nil
-        appBusy = false
-        appSettled = false
-        discoveryActive = false
-        retryTimer?.cancel()
-        registrationRetries = 0 // a new bluetoothd gets the short delay again
-        evaluate()
-        adapterPath = nil
-    }
-
-    func bluetoothdAppeared(_ name: String) {
-        if owner == name && synced { return }
-        if owner != nil && owner != name { bluetoothdLeft() }
-        if presenceAnnounced != true {
-            presenceAnnounced = true
-            onPresence?(true)
-        }
-        owner = name
-        bluetoothdKnownAbsent = false
-        generation += 1
-        synced = false
+    /// `GetManagedObjects` of this owner into the cache.
+    func list(_ owner: String) {
         let gen = generation
         call("/", "org.freedesktop.DBus.ObjectManager", "GetManagedObjects") { [weak self] result in
             guard let self, gen == self.generation, !self.stopped else { return }
@@ -84,23 +154,24 @@ extension BlueZClient {
                     return
                 }
                 self.cache.replace(with: tree)
-                self.synced = true
                 self.stats.cacheRebuilds += 1
-                self.evaluate()
+                self.present(.listed(owner: owner, self.adapterViewListed()))
             case .failure(let e):
                 self.note("GetManagedObjects: \(e)")
                 // bluetoothd may be starting up: try again unless it left meanwhile.
-                self.retryTimer?.cancel()
-                self.retryTimer = self.loop.schedule(after: self.retryDelay) { [weak self] in
-                    guard let self, gen == self.generation, let owner = self.owner else { return }
-                    self.owner = nil
-                    self.bluetoothdAppeared(owner)
-                }
+                self.present(.listFailed(owner: owner))
             }
         }
     }
 
-    // MARK: - Adapter selection and readiness
+    /// The view as it will be once the listing is applied (the selection runs on the new cache).
+    private func adapterViewListed() -> Presence.AdapterView {
+        var view = adapterView()
+        view.best = selectAdapter()
+        return view
+    }
+
+    // MARK: - Adapter selection
 
     func selectAdapter() -> String? {
         let adapters = cache.adapterPaths.sorted { ($0.utf8.count, $0) < ($1.utf8.count, $1) }
@@ -124,71 +195,5 @@ extension BlueZClient {
 
     func addressOf(adapter path: String) -> DeviceAddress? {
         cache[path]?[Iface.adapter]?["Address"]?.string.flatMap(Self.parseAddress)
-    }
-
-    /// With no adapter configured we use the one that sorts first (hci0 before hci1). bluetoothd
-    /// announces its adapters one by one as it starts, so the first one we saw may not be that
-    /// one: until we are ready, a better one replaces it. (Seen in the test bed's soak: after a
-    /// bluetoothd restart paird took hci1, the wearable's adapter, found its device missing
-    /// there and marked it needsRepair.) After ready the choice stands: switching would drop
-    /// live links.
-    func reselectIfBetter() {
-        guard selector.isEmpty, knownAddress == nil, !ready, !appBusy, let current = adapterPath,
-              let best = selectAdapter(), best != current else { return }
-        if registeredUUIDs != nil {
-            call(current, Iface.gattManager, "UnregisterApplication", [.objectPath(Self.applicationPath)]) { [weak self] result in
-                if case .failure(let e) = result { self?.note("UnregisterApplication on \(current): \(e)") }
-            }
-        }
-        note("adapter \(best) sorts before \(current), which was seen first: using \(best)")
-        adapterPath = best
-        registeredUUIDs = nil
-        appSettled = false
-        discoveryActive = false
-    }
-
-    /// Re-checks which adapter we use, drives the registrations, and emits ready/gone.
-    func evaluate() {
-        if synced {
-            if let path = adapterPath, cache[path]?[Iface.adapter] == nil {
-                // Our adapter vanished: its application registration went with it.
-                adapterPath = nil
-                registeredUUIDs = nil
-                appSettled = false
-                appBusy = false
-                discoveryActive = false
-            }
-            reselectIfBetter()
-            if adapterPath == nil { adapterPath = selectAdapter() }
-            if adapterPath != nil {
-                registerAgentIfNeeded()
-                reconcileApplication()
-            }
-        }
-        let info = synced ? adapter : nil
-        let up = info?.powered == true && agentState == .settled && appSettled
-        if up, !ready, let info {
-            ready = true
-            announcedAbsence = false
-            namedOtherSaid = nil
-            if bindsByAddress, let a = Self.parseAddress(info.address) { knownAddress = a }
-            note("adapter \(info.name) ready")
-            emit(.adapterReady(info))
-        } else if !up, !ready, !announcedAbsence, synced ? info?.powered != true : bluetoothdKnownAbsent {
-            // First settled view and no usable adapter (none, wrong selector, powered off, or no
-            // bluetoothd at all): say so once, so the daemon can finish starting (READY=1).
-            announcedAbsence = true
-            let reason = !synced ? AdapterGoneReason.bluetoothdGone : info == nil ? AdapterGoneReason.removed : AdapterGoneReason.poweredOff
-            note("no usable adapter: \(reason)")
-            emit(.adapterGone(reason: reason))
-        } else if !up, ready {
-            ready = false
-            announcedAbsence = true
-            pendingRemovals = []
-            removalTimer?.cancel()
-            let reason = !synced ? AdapterGoneReason.bluetoothdGone : info == nil ? AdapterGoneReason.removed : AdapterGoneReason.poweredOff
-            note("adapter gone: \(reason)")
-            emit(.adapterGone(reason: reason))
-        }
     }
 }

@@ -2,12 +2,11 @@ import DBus
 import EventLoop
 import PairingCore
 
-/// The Agent1 and the GattProfile1 application: exported, registered with bluetoothd, retried
-/// with backoff after a failure, registered again after every bluetoothd restart.
+/// The Agent1 and the GattProfile1 application: exported, and registered with bluetoothd when
+/// `Presence` says so (it decides the retries after a failure and the registrations after every
+/// bluetoothd restart).
 extension BlueZClient {
-    func registerAgentIfNeeded() {
-        guard agentState == .none, !stopped else { return }
-        agentState = .pending
+    func registerAgent() {
         let gen = generation
         let path = DBusValue.objectPath(Self.agentPath)
         // Not RequestDefaultAgent: BlueZ hands our Pair() calls' questions to our agent anyway, and
@@ -15,36 +14,15 @@ extension BlueZClient {
         // makes the first agent the default: questions about pairings nobody started then reach
         // us too, and the machine refuses them.
         call("/org/bluez", Iface.agentManager, "RegisterAgent", [path, .string("KeyboardDisplay")]) { [weak self] result in
-            guard let self, gen == self.generation else { return }
+            guard let self, gen == self.generation, !self.stopped else { return }
             if case .failure(let e) = result, e.name != "org.bluez.Error.AlreadyExists" {
                 self.note("RegisterAgent: \(e)")
-                self.registrationFailed()
+                self.stats.registrationFailures += 1
+                self.present(.agentRefused)
                 return
             }
-            self.agentRegistered = true
-            self.registrationRetries = 0
             self.stats.agentRegistrations += 1
-            self.agentState = .settled
-            self.evaluate()
-        }
-    }
-
-    func registrationFailed() {
-        stats.registrationFailures += 1
-        if agentState == .pending { agentState = .settled }
-        scheduleRetry()
-        evaluate()
-    }
-
-    func scheduleRetry() {
-        guard retryTimer?.isPending != true else { return }
-        let gen = generation
-        let delay = Self.registrationBackoff(base: retryDelay, max: maxRetryDelay).delay(attempt: registrationRetries + 1, unit: 0)
-        registrationRetries += 1
-        retryTimer = loop.schedule(after: delay) { [weak self] in
-            guard let self, gen == self.generation, !self.stopped else { return }
-            if !self.agentRegistered { self.agentState = .none }
-            self.evaluate()
+            self.present(.agentRegistered)
         }
     }
 
@@ -54,60 +32,24 @@ extension BlueZClient {
         Backoff(initial: base, maximum: Swift.max(base, max), multiplier: 2, jitter: 0)
     }
 
-    /// Brings BlueZ's registration of our application in line with `wantedUUIDs`, one call at a time.
-    func reconcileApplication() {
-        guard synced, !appBusy, !stopped, let adapterPath else { return }
+    /// `RegisterApplication` of our GattProfile1 application, listing `uuids`, on the adapter.
+    func registerApplication(on adapterPath: String, _ uuids: [String]) {
         let gen = generation
-        if let registered = registeredUUIDs, registered != wantedUUIDs {
-            appBusy = true
-            call(adapterPath, Iface.gattManager, "UnregisterApplication", [.objectPath(Self.applicationPath)]) { [weak self] result in
-                guard let self, gen == self.generation else { return }
-                if case .failure(let e) = result { self.note("UnregisterApplication: \(e)") }
-                self.appBusy = false
-                self.registeredUUIDs = nil
-                self.reconcileApplication()
-            }
-            return
-        }
-        guard registeredUUIDs == nil else {
-            if !appSettled { appSettled = true; evaluate() }
-            return
-        }
-        guard !wantedUUIDs.isEmpty else {
-            // An application with no UUIDs would be refused ("No valid service object found").
-            if !appSettled { appSettled = true; evaluate() }
-            return
-        }
-        // After a failure, wait for the retry timer.
-        guard !(appSettled && retryTimer?.isPending == true) else { return }
-        appBusy = true
-        let uuids = wantedUUIDs
         exportedUUIDs = uuids
         call(adapterPath, Iface.gattManager, "RegisterApplication",
              [.objectPath(Self.applicationPath), .vardict([String: DBusValue]())]) { [weak self] result in
-            guard let self, gen == self.generation else { return }
-            self.appBusy = false
+            guard let self, gen == self.generation, !self.stopped else { return }
             switch result {
             case .success:
-                self.registeredUUIDs = uuids
-                self.registrationRetries = 0
                 self.stats.applicationRegistrations += 1
                 self.note("GATT profile registered for \(uuids.joined(separator: ","))")
+                self.present(.applicationRegistered(adapter: adapterPath, uuids))
             case .failure(let e) where e.name == "org.bluez.Error.AlreadyExists":
-                self.registeredUUIDs = uuids
+                self.present(.applicationRegistered(adapter: adapterPath, uuids))
             case .failure(let e):
                 self.note("RegisterApplication: \(e)")
-                self.appSettled = true
                 self.stats.registrationFailures += 1
-                self.scheduleRetry()
-                self.evaluate()
-                return
-            }
-            self.appSettled = true
-            if self.registeredUUIDs != self.wantedUUIDs {
-                self.reconcileApplication()
-            } else {
-                self.evaluate()
+                self.present(.applicationRefused(adapter: adapterPath))
             }
         }
     }
@@ -119,7 +61,7 @@ extension BlueZClient {
         let agent = DBusInterface(Iface.agent)
             .method("Release") { [weak self] _, call in
                 self?.note("agent released by BlueZ")
-                self?.agentRegistered = false
+                self?.present(.agentReleased)
                 call.reply()
             }
             .method("RequestPinCode", in: "o", out: "s") { [weak self] args, call in

@@ -112,8 +112,7 @@ extension BlueZClient {
     /// offering them). BlueZ reads them at registration, so a change re-registers.
     public func setAutoConnectUUIDs(_ uuids: [String]) {
         var seen = Set<String>()
-        wantedUUIDs = uuids.compactMap { ServiceUUID.normalize($0) }.filter { seen.insert($0).inserted }
-        reconcileApplication()
+        present(.wantedUUIDs(uuids.compactMap { ServiceUUID.normalize($0) }.filter { seen.insert($0).inserted }, adapterView()))
     }
 
     /// After `ServicesResolved`: finds the characteristics by UUID under the device (never by a
@@ -343,5 +342,24 @@ extension BlueZClient {
 
     func warning(_ line: String) { (warn ?? log)?(line) }
 
-    func emit(_ event: BlueZEvent) { onEvent?(event) }
+    /// Sends an event; a change of what the auto-connect is armed for goes first (a device's
+    /// bond or services changed with the signal behind this event).
+    func emit(_ event: BlueZEvent) {
+        if case .notification = event {} else { reportArmed() }
+        onEvent?(event)
+    }
+
+    /// `.autoConnectArmed` when the set of devices it covers changed since it was last sent.
+    func reportArmed() {
+        let registered = Set(registeredUUIDs ?? [])
+        var armed = Set<DeviceAddress>()
+        if !registered.isEmpty {
+            for d in devices where d.isBonded && d.uuids.contains(where: { ServiceUUID.normalize($0).map(registered.contains) ?? false }) {
+                armed.insert(d.address)
+            }
+        }
+        guard armed != armedReported else { return }
+        armedReported = armed
+        onEvent?(.autoConnectArmed(armed))
+    }
 }

@@ -176,7 +176,11 @@ extension BlueZClient {
         }
         if changed["ServicesResolved"] != nil, before.servicesResolved != after.servicesResolved {
             if !after.servicesResolved { liveLinks.remove(a); provenLinks.remove(a) }
-            emit(.servicesResolvedChanged(a, after.servicesResolved))
+            if after.servicesResolved {
+                emit(.servicesResolved(a))
+            } else if after.connected {
+                emit(.servicesLost(a))
+            }
         }
         if before.isBonded != after.isBonded { emit(.bondChanged(a, bonded: after.isBonded)) }
         if discoveryActive, ["RSSI", "ManufacturerData", "ServiceData", "UUIDs", "Name", "Alias"].contains(where: { changed[$0] != nil }) {

@@ -15,7 +15,8 @@ import PairingCore
 /// Anything of an unexpected shape from the bus is logged and ignored.
 ///
 /// In parts: the object cache (`ObjectCache.swift`), bluetoothd presence and adapter readiness
-/// (`+Presence`), the Agent1/GattProfile1 registrations (`+Registrations`), signal translation
+/// (decided by `Presence.swift`, carried out by `+Presence`), the Agent1/GattProfile1
+/// registrations (`+Registrations`), signal translation
 /// (`+Signals`), requests and link set-up (`+Requests`). The state they share is here.
 public final class BlueZClient {
     /// Counters, for tests and benchmarks.
@@ -78,8 +79,6 @@ public final class BlueZClient {
     /// up to `maxRetryDelay`, so a BlueZ that keeps refusing costs no steady wake-ups.
     public var retryDelay: Duration = .seconds(5)
     public var maxRetryDelay: Duration = .seconds(300)
-    /// Failed registrations in a row (reset by a successful one).
-    var registrationRetries = 0
     let removalGrace: Duration
 
     // MARK: State
@@ -89,18 +88,24 @@ public final class BlueZClient {
     var cache = ObjectCache()
     /// `Device1.Disconnected` reasons (BlueZ ≥ 5.83), until the `Connected=false` that follows.
     var disconnectReasons: [DeviceAddress: DisconnectClassifier.Reason] = [:]
+    /// bluetoothd, the adapter, the registrations and what was said about them (`Presence.swift`).
+    public internal(set) var presence = Presence()
+    /// Inputs waiting while `present` carries out actions (`BlueZClient+Presence`).
+    var pendingPresence: [Presence.Input] = []
+    var drainingPresence = false
     /// bluetoothd's unique name; nil while it is not on the bus.
-    var owner: String?
+    var owner: String? { presence.bluetoothd.owner }
     /// Bumped whenever bluetoothd goes or comes: replies of an older generation are dropped.
     var generation = 0
     /// The cache holds a `GetManagedObjects` of the current owner.
-    var synced = false
+    var synced: Bool { presence.listedOwner != nil }
     var started = false
     var stopped = false
     var subscriptions: [SignalSubscription] = []
     var exported = false
 
-    var adapterPath: String?
+    /// The adapter in use (`Presence.adapter`).
+    var adapterPath: String? { presence.adapter.path }
     /// The address of the adapter paird uses, once seen (or remembered from the state file) when
     /// the selector is a name or empty: from then on the adapter is the one with this address,
     /// whatever its index (a dongle plugged back in as hci1 is still ours), and never another
@@ -111,35 +116,20 @@ public final class BlueZClient {
     /// The last adapter seen under the selector's name while paird waits for `knownAddress`
     /// (said once per such adapter).
     var namedOtherSaid: String?
-    var ready = false
-    /// An adapterGone was emitted without a preceding adapterReady (start without a usable adapter).
-    var announcedAbsence = false
-    /// GetNameOwner(org.bluez) said nobody owns it.
-    var bluetoothdKnownAbsent = false
-    /// What `onPresence` last said (nil: nothing yet), so that each change is said once.
-    var presenceAnnounced: Bool?
-
-    enum Registration { case none, pending, settled }
-    var agentState = Registration.none
-    var agentRegistered = false
+    /// Between `.adapterReady` and `.adapterGone`.
+    var ready: Bool { presence.isReady }
     /// BlueZ's agent calls waiting for the machine's answer, by request id.
     var agentCalls: [UInt64: MethodContext] = [:]
     var nextAgentRequest: UInt64 = 0
     /// The UUIDs the profile object shows; what BlueZ read at the last registration.
     var exportedUUIDs: [String] = []
-    var wantedUUIDs: [String] = []
-    /// UUIDs BlueZ holds for our application, nil when not registered. Every change is reported
-    /// (`.autoConnectArmed`), from the loop's next turn: it changes inside reply handlers.
-    var registeredUUIDs: [String]? {
-        didSet {
-            guard registeredUUIDs != oldValue else { return }
-            let now = registeredUUIDs ?? []
-            loop.enqueue { [weak self] in self?.emit(.autoConnectArmed(now)) }
-        }
-    }
-    var appBusy = false
-    var appSettled = false
+    /// UUIDs BlueZ holds for our application, nil when not registered.
+    var registeredUUIDs: [String]? { presence.adapter.application.heldUUIDs }
+    /// The devices `.autoConnectArmed` last named (none before the first).
+    var armedReported: Set<DeviceAddress> = []
+    /// The registration retry (`Presence.Action.retryLater`) and the listing's (`listLater`).
     var retryTimer: TimerHandle?
+    var listTimer: TimerHandle?
 
     var discoveryActive = false
     /// The RSSI of each device heard advertising since our discovery last started: BlueZ sends
@@ -204,7 +194,7 @@ public final class BlueZClient {
     public var isReady: Bool { ready }
 
     /// Whether BlueZ holds our agent / application now (for status and tests).
-    public var agentIsRegistered: Bool { agentRegistered }
+    public var agentIsRegistered: Bool { presence.agent == .held }
     public var registeredAutoConnectUUIDs: [String]? { registeredUUIDs }
 
     public func device(_ address: DeviceAddress) -> DeviceInfo? {
@@ -273,6 +263,7 @@ public final class BlueZClient {
         for s in subscriptions { s.cancel() }
         subscriptions = []
         retryTimer?.cancel()
+        listTimer?.cancel()
         removalTimer?.cancel()
         pendingRemovals = []
         var outstanding = 1
@@ -283,25 +274,24 @@ public final class BlueZClient {
                 completion?()
             }
         }
-        if owner != nil {
-            if discoveryActive, let adapterPath {
-                outstanding += 1
-                call(adapterPath, Iface.adapter, "StopDiscovery") { _ in finish() }
-            }
-            if agentRegistered {
-                outstanding += 1
-                call("/org/bluez", Iface.agentManager, "UnregisterAgent", [.objectPath(Self.agentPath)]) { _ in finish() }
-            }
-            if registeredUUIDs != nil, let adapterPath {
-                outstanding += 1
-                call(adapterPath, Iface.gattManager, "UnregisterApplication", [.objectPath(Self.applicationPath)]) { _ in finish() }
-            }
+        if owner != nil, discoveryActive, let adapterPath {
+            outstanding += 1
+            call(adapterPath, Iface.adapter, "StopDiscovery") { _ in finish() }
         }
         discoveryActive = false
-        agentRegistered = false
-        registeredUUIDs = nil
         generation += 1
-        ready = false
+        for action in presence.handle(.stop) {
+            switch action {
+            case .unregisterAgent:
+                outstanding += 1
+                call("/org/bluez", Iface.agentManager, "UnregisterAgent", [.objectPath(Self.agentPath)]) { _ in finish() }
+            case .unregisterApplication(let adapter):
+                outstanding += 1
+                call(adapter, Iface.gattManager, "UnregisterApplication", [.objectPath(Self.applicationPath)]) { _ in finish() }
+            default:
+                perform(action) // the armed UUIDs going empty
+            }
+        }
         loop.enqueue { finish() }
     }
 

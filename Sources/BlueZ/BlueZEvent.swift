@@ -7,9 +7,12 @@ public enum BlueZEvent: Sendable, Hashable {
     case adapterReady(AdapterInfo)
     /// "removed", "powered-off" or "bluetoothd-gone". Emitted once per ready period.
     case adapterGone(reason: String)
-    /// The service UUIDs BlueZ now holds in our GattProfile1 registration; empty when it holds
-    /// none (unregistered, refused, adapter or bluetoothd gone). Emitted on every change.
-    case autoConnectArmed([String])
+    /// The devices BlueZ's auto-connect is armed for: bonded devices under the adapter whose
+    /// services (`Device1.UUIDs`; 5.66 matches a profile against those) meet the UUIDs BlueZ holds
+    /// in our GattProfile1 registration (bluez-notes §4). Empty when it holds none (unregistered,
+    /// refused, adapter or bluetoothd gone). Emitted on every change, before the event that
+    /// follows the change.
+    case autoConnectArmed(Set<DeviceAddress>)
     /// A device under the adapter appeared, or (while our discovery runs) advertised new data.
     case deviceFound(DeviceInfo)
     /// `Connected` turned true.
@@ -18,7 +21,11 @@ public enum BlueZEvent: Sendable, Hashable {
     /// `Device1.Disconnected` (BlueZ ≥ 5.83, which sends it just before `Connected` turns false;
     /// nil on older BlueZ), the bond and the adapter as BlueZ reports them at that moment.
     case linkDown(DeviceAddress, DisconnectClassifier.Evidence)
-    case servicesResolvedChanged(DeviceAddress, Bool)
+    /// `ServicesResolved` turned true.
+    case servicesResolved(DeviceAddress)
+    /// `ServicesResolved` turned false on a link that is still up: the wearable's GATT went while
+    /// the link stayed (a link that goes down takes its services with it: `linkDown` only).
+    case servicesLost(DeviceAddress)
     /// `Paired && (Bonded ?? true)` changed.
     case bondChanged(DeviceAddress, bonded: Bool)
     /// The device object vanished while the adapter stayed up (held back briefly, and dropped

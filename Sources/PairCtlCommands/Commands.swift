@@ -271,7 +271,7 @@ struct Status: ParsableCommand {
                 if json { var none = all; none.devices = []; say(none.json(pretty: false)) }
                 throw e
             }
-            say(json ? s.json(pretty: false) : wearable == nil ? StatusText.render(s) : StatusText.device(s.devices[0], now: Date()).joined(separator: "\n"))
+            say(json ? s.json(pretty: false) : wearable == nil ? StatusText.render(s) : StatusText.device(s.devices[0], now: Date(), adapter: s.adapter).joined(separator: "\n"))
         }
         guard watch else { return try show() }
         // Subscribed before the first fetch: a change between the two is never missed.

@@ -125,13 +125,14 @@ enum StatusText {
             lines += fit("", ["pairing: \(p.phase)\(p.device.map { " \($0)" } ?? "")", "ends \(relative(p.deadline, now))"])
         }
         if s.devices.isEmpty { lines.append("no wearables paired (pairctl pair --service 180d)") }
-        for d in s.devices { lines += device(d, now: now) }
+        for d in s.devices { lines += device(d, now: now, adapter: s.adapter) }
         return lines.joined(separator: "\n")
     }
 
     /// One wearable: its name, address and state, then what else there is to say, in lines that
     /// fit 100 columns (`pairctl status` lists every wearable so; `pairctl status WEARABLE` one).
-    static func device(_ d: StatusDocument.Device, now: Date) -> [String] {
+    /// `adapter`: the adapter in use (status's), to say when the wearable's bond is on another one.
+    static func device(_ d: StatusDocument.Device, now: Date, adapter: StatusDocument.Adapter? = nil) -> [String] {
         let type = d.addressType == "random" ? " (random address)" : ""
         let head = "\(d.name.isEmpty ? "(no name)" : d.name) \(d.address)\(type): "
         var items: [String] = []
@@ -141,7 +142,13 @@ enum StatusText {
             items.append("run `pairctl pair \(d.address)`")
         case "disconnected": items += ["disconnected (as you asked)", "`pairctl connect \(d.address)` brings it back"]
         case "waitingForDevice": items += ["out of range", "paird reconnects it when it comes back"]
-        case "adapterUnavailable": items += ["Bluetooth unavailable", "paird reconnects it when the adapter is back"]
+        case "adapterUnavailable":
+            if let bond = d.bondAdapter, let inUse = adapter?.address, adapter?.present == true, bond.uppercased() != inUse.uppercased() {
+                items += ["waiting for adapter \(bond), which holds its bond (\(inUse) is in use)",
+                          "to use it on \(inUse) instead: `pairctl pair \(d.address)`"]
+            } else {
+                items += ["Bluetooth unavailable", "paird reconnects it when the adapter is back"]
+            }
         default: items.append(human(d.state))
         }
         items.append("since \(relative(d.since, now))")

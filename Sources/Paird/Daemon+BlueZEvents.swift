@@ -1,29 +1,26 @@
 import BlueZ
 import PairingCore
 
-/// BlueZ's events, translated into the machine's: most one to one; a few read BlueZ's cache (the
-/// adapter's devices on `adapterReady`, whether a link is still up when its services go), and some
-/// never reach the machine (notifications and battery levels go out as paird's own signals).
+/// BlueZ's events, passed to the machine: most one to one; `adapterReady` reads the views of the
+/// machine's devices from BlueZ's cache, and some never reach the machine (notifications and
+/// battery levels go out as paird's own signals).
 extension Daemon {
     func handle(_ event: BlueZEvent) {
-        if case .notification = event {} else {
-            if log.minimumPriority == .debug { log.debug("event: \(event)") }
-            // BlueZ's cache is already updated: the machine learns what is armed before the event.
-            refreshAutoConnectArmed()
-        }
+        if case .notification = event {} else if log.minimumPriority == .debug { log.debug("event: \(event)") }
         switch event {
         case .adapterReady(let info):
             if bluez.bindsByAddress, let a = DeviceAddress(info.address) {
                 feed(.adapterIdentified(configured: config.adapter, address: a, name: info.name))
             }
+            if let a = DeviceAddress(info.address) { feed(.adapterInUse(a)) }
             feed(.adapterReady(bluez.views(for: Array(machine.devices.keys) + machine.leftoverPairAddresses)))
             markReadyIfNeeded()
         case .adapterGone(let reason):
             log.info("adapter unavailable: \(reason)")
             feed(.adapterLost)
             markReadyIfNeeded()
-        case .autoConnectArmed:
-            break // refreshAutoConnectArmed above
+        case .autoConnectArmed(let armed):
+            feed(.autoConnectArmed(armed))
         case .deviceFound(let info):
             if info.isBonded, case .needsRepair? = machine.device(info.address)?.state {
                 feed(.bondedDeviceAppeared(info.address))
@@ -37,12 +34,10 @@ extension Daemon {
             feed(.linkUp(a))
         case .linkDown(let a, let evidence):
             feed(.linkDown(a, evidence))
-        case .servicesResolvedChanged(let a, let resolved):
-            if resolved {
-                feed(.servicesResolved(a))
-            } else if bluez.device(a)?.connected == true {
-                feed(.servicesLost(a)) // link up, GATT gone (a plain link loss clears Connected too)
-            }
+        case .servicesResolved(let a):
+            feed(.servicesResolved(a))
+        case .servicesLost(let a):
+            feed(.servicesLost(a))
         case .bondChanged(let a, let bonded):
             if !bonded { feed(.bondLost(a)) }
         case .deviceRemoved(let a):
@@ -81,23 +76,5 @@ extension Daemon {
         case .characteristicAppeared(let a, let uuid):
             feed(.characteristicAppeared(a, uuid))
         }
-    }
-
-    /// The managed devices BlueZ's auto-connect is armed for: BlueZ holds our GattProfile1 and its
-    /// UUIDs meet the device's services (`Device1.UUIDs`; 5.66 matches a profile against those).
-    /// Told to the machine when it changes.
-    func refreshAutoConnectArmed() {
-        let registered = Set(bluez.registeredAutoConnectUUIDs ?? [])
-        var armed = Set<DeviceAddress>()
-        if !registered.isEmpty {
-            for a in machine.devices.keys {
-                guard let info = bluez.device(a), info.isBonded else { continue }
-                if info.uuids.contains(where: { ServiceUUID.normalize($0).map(registered.contains) ?? false }) { armed.insert(a) }
-            }
-        }
-        guard armed != autoConnectArmed else { return }
-        autoConnectArmed = armed
-        log.debug("auto-connect armed for: \(armed.map(\.description).sorted().joined(separator: ", "))")
-        feed(.autoConnectArmed(armed))
     }
 }

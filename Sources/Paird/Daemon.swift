@@ -46,8 +46,6 @@ public final class Daemon {
     var timers: [Countdown.ID: TimerHandle] = [:]
     var actions: [Action] = []
     var battery: [DeviceAddress: UInt8] = [:]
-    /// What the machine was last told about BlueZ's auto-connect (`Event.autoConnectArmed`).
-    var autoConnectArmed: Set<DeviceAddress>?
     var lastStatus = ""
     /// Why the last state-file write failed; nil once one succeeds.
     var stateFileError: String?
@@ -113,7 +111,15 @@ public final class Daemon {
     /// is applied on a thread of its own (`HistoryStore.compactInBackground`), never on the loop.
     func record(_ input: HistoryRecorder.Input, now: Moment) {
         let records = recorder.handle(input, now: now)
-        metrics?.model.take(records)
+        if let metrics {
+            metrics.model.take(records)
+            if records.contains(where: { $0.kind == .down && WearableMetrics.waitsForCause($0.reason) }) {
+                // Counted once the adapter or bluetoothd had the time to turn out to be its cause.
+                _ = loop.schedule(after: DisconnectClassifier.causeWindow + .seconds(1)) { [weak metrics] in
+                    metrics?.model.settleLinkLosses()
+                }
+            }
+        }
         guard let history, !records.isEmpty else { return }
         do {
             try history.append(records)

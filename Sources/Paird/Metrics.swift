@@ -74,9 +74,13 @@ public final class WearableMetrics {
 
     private var values: [String: Values] = [:]
     private var series: [String: Series] = [:]
-    /// Drops whose reason may still change: bluetoothd left the bus (`bluetoothd-gone`) and
-    /// systemd's verdict, which may make it a crash, is not in yet. Counted at the verdict
-    /// (`bluetoothdVerdict`) or the wearable's next line, whichever is first.
+    /// Drops whose reason may still change, counted once it is settled:
+    /// - `bluetoothd-gone`: systemd's verdict, which may make it a crash, is not in yet. Counted
+    ///   at the verdict (`bluetoothdVerdict`) or the wearable's next up or down, whichever is first;
+    /// - `link-loss` and `adapter-gone`: the adapter or bluetoothd may turn out to have taken the
+    ///   link (`DisconnectClassifier.causeWindow`: bluetoothd stopping drops the links, then
+    ///   powers the adapter off, then leaves). Counted by `settleLinkLosses` after that window
+    ///   (under the reason the record gave it meanwhile), or at the wearable's next up or down.
     private var pendingDrops: [String: String] = [:]
 
     /// Called after every change (the textfile writer schedules a write).
@@ -113,7 +117,7 @@ public final class WearableMetrics {
             guard let a = r.device else { continue }
             switch r.kind {
             case .up, .down, .change:
-                settle(a)
+                if r.kind != .change { settle(a) } // a change continues the drop
                 if r.reason == HistoryRecord.Reason.unpaired {
                     if values[a] != nil { remove(a); changed = true }
                     continue
@@ -123,7 +127,11 @@ public final class WearableMetrics {
                 series[a]!.connected.set(to: r.kind == .up ? 1 : 0)
                 if r.kind == .up, let latency = r.latency { series[a]!.reconnect.record(latency) }
                 if r.kind == .down, let reason = r.reason {
-                    if reason == HistoryRecord.Reason.bluetoothdGone { pendingDrops[a] = reason } else { countDrop(a, reason) }
+                    if Self.mayChange.contains(reason) {
+                        pendingDrops[a] = reason
+                    } else {
+                        countDrop(a, reason)
+                    }
                 }
                 changed = true
             case .reason:
@@ -166,6 +174,28 @@ public final class WearableMetrics {
         for a in pendingDrops.keys.sorted() { settle(a) }
         onChange()
     }
+
+    /// The drop reasons held back (`pendingDrops`).
+    static let mayChange: Set = [HistoryRecord.Reason.bluetoothdGone, HistoryRecord.Reason.linkLoss, HistoryRecord.Reason.adapterGone]
+
+    /// Whether a drop with this reason is counted only after `DisconnectClassifier.causeWindow`
+    /// (`settleLinkLosses`).
+    public static func waitsForCause(_ reason: String?) -> Bool {
+        reason == HistoryRecord.Reason.linkLoss || reason == HistoryRecord.Reason.adapterGone
+    }
+
+    /// Counts the drops held back as link losses or the adapter's (under their reason now),
+    /// except those that became bluetoothd's (they wait for its verdict). Called
+    /// `DisconnectClassifier.causeWindow` after such a drop.
+    public func settleLinkLosses() {
+        let due = pendingDrops.filter { $0.value != HistoryRecord.Reason.bluetoothdGone }.keys.sorted()
+        guard !due.isEmpty else { return }
+        for a in due { settle(a) }
+        onChange()
+    }
+
+    /// Whether a drop of this wearable is held back (tests).
+    func pendingDrop(_ a: String) -> String? { pendingDrops[a] }
 
     /// A private address resolved to the wearable's identity.
     public func addressChanged(_ old: String, to new: String) {

@@ -41,7 +41,7 @@ extension StatusDocument {
                 missingCharacteristics: d.missingCharacteristics.sorted(),
                 lastData: d.lastDataAt.map(wall),
                 health: watch.map { Health(check: $0.purpose.rawValue, characteristic: $0.characteristic, deadline: wall($0.deadline)) },
-                addressType: d.identity.addressType.rawValue)
+                addressType: d.identity.addressType.rawValue, bondAdapter: d.identity.adapterAddress?.description)
         }
         let w = machine.bluetoothd
         let crash = w.lastCrash.map { c -> Bluetoothd.Crash in

@@ -210,14 +210,20 @@ public struct DeviceIdentity: Sendable, Hashable, Codable {
     /// Service UUIDs (128-bit, lower case) it advertised or was paired for; they go into the
     /// GattProfile1 that arms the kernel's auto-connect.
     public var serviceUUIDs: [String]
+    /// The address of the adapter that holds its bond (the one it was paired on). A bond belongs
+    /// to that adapter: paird never tries the wearable on another one, and never pairs it again
+    /// there by itself. nil: not known yet (a state file from before paird recorded it; filled in
+    /// at the first adapter that shows the bond).
+    public var adapterAddress: DeviceAddress?
 
     public init(address: DeviceAddress, addressType: AddressType = .public, name: String = "",
-                adapter: String = "", serviceUUIDs: [String] = []) {
+                adapter: String = "", serviceUUIDs: [String] = [], adapterAddress: DeviceAddress? = nil) {
         self.address = address
         self.addressType = addressType
         self.name = name
         self.adapter = adapter
         self.serviceUUIDs = serviceUUIDs
+        self.adapterAddress = adapterAddress
     }
 }
 

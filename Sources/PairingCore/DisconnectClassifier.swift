@@ -61,6 +61,14 @@ public enum DisconnectClassifier {
         case adapterGone
     }
 
+    /// A link lost this long before its adapter or bluetoothd went was theirs, not the wearable's:
+    /// the record and the status take that cause once it shows. BlueZ 5.66, stopped cleanly
+    /// (`systemctl restart bluetooth`), drops every link (`Connected=false`, no reason) 3.3 s
+    /// before its adapter's `Powered=false` and its leaving the bus (BENCHMARKS §7), more on a
+    /// loaded host; a controller unplugged takes its links with it the same way. The price: a
+    /// real link loss this close before an unplug is counted as the adapter's.
+    public static let causeWindow: Duration = .seconds(10)
+
     public static func classify(_ e: Evidence, weAskedForIt: Bool) -> Verdict {
         if !e.adapterUp { return .adapterGone }
         if !e.deviceExists { return .bondLost(reason: .deviceRemoved) }

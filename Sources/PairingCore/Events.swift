@@ -80,6 +80,9 @@ public enum Event: Sendable, Hashable {
     /// The adapter paird.conf names (`configured`: `hci0`, or "" for the first) has this address
     /// and kernel name: remembered in the state file at first sight (sent before `adapterReady`).
     case adapterIdentified(configured: String, address: DeviceAddress, name: String)
+    /// The address of the adapter paird uses now (sent before each `adapterReady`): the wearables
+    /// whose bond is on another adapter wait for theirs.
+    case adapterInUse(DeviceAddress)
     /// Adapter removed or powered off, or bluetoothd left the bus.
     case adapterLost
     /// The managed devices BlueZ has armed the kernel's auto-connect for now: our GattProfile1 is

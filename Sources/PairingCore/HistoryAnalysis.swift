@@ -125,7 +125,12 @@ public struct HistoryAnalysis: Sendable, Hashable, Codable {
                     current?.reason = r.reason
                     if let i = currentDrop, let reason = r.reason { drops[i].reason = reason }
                 case .up, .down, .change:
+                    // A change with the drop's own reason is that drop going on in another
+                    // condition (a link loss found to be its adapter's: away, then down): a
+                    // reason that comes later is still that drop's.
+                    let sameDrop = r.kind == .change ? currentDrop.flatMap { drops[$0].reason == r.reason ? $0 : nil } : nil
                     close(at: r.at)
+                    currentDrop = sameDrop
                     if r.reason == HistoryRecord.Reason.unpaired {
                         // Unpaired: nothing more to know of it (a new pairing starts it again).
                         if r.kind == .down { drops.append(Drop(at: r.at, reason: HistoryRecord.Reason.unpaired, detail: r.detail)) }

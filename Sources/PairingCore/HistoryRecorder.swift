@@ -80,7 +80,15 @@ public struct HistoryRecorder: Sendable {
             return [HistoryRecord(kind: .alive, at: t)]
         case .bluetoothdLeft:
             bluetoothdGone = true
-            return []
+            // The adapter's loss just before (bluetoothd powers it off as it stops) was bluetoothd's.
+            var out: [HistoryRecord] = []
+            for a in devices.keys.sorted(by: { $0.description < $1.description }) {
+                guard let d = devices[a], d.reason == HistoryRecord.Reason.adapterGone, causedNow(d, now) else { continue }
+                devices[a]!.reason = HistoryRecord.Reason.bluetoothdGone
+                out.append(HistoryRecord(kind: .reason, at: t, device: a.description, name: d.name,
+                                         reason: HistoryRecord.Reason.bluetoothdGone))
+            }
+            return out
         case .adapterReady:
             bluetoothdGone = false
             return []
@@ -156,7 +164,17 @@ public struct HistoryRecorder: Sendable {
         case "needsRepair":
             new = (.down, HistoryRecord.Reason.bondLost, r.reason)
         case "adapterUnavailable":
-            new = (.down, bluetoothdGone ? HistoryRecord.Reason.bluetoothdGone : HistoryRecord.Reason.adapterGone, nil)
+            let reason = bluetoothdGone ? HistoryRecord.Reason.bluetoothdGone : HistoryRecord.Reason.adapterGone
+            if d.condition == .away, d.reason == HistoryRecord.Reason.linkLoss, causedNow(d, now) {
+                // The link was lost moments before its adapter (or bluetoothd) went: their drop,
+                // not the wearable's (`DisconnectClassifier.causeWindow`). The drop's reason is
+                // replaced, and from now on it is down.
+                (d.condition, d.reason) = (.down, reason)
+                let t = now.unixTime
+                return [HistoryRecord(kind: .reason, at: t, device: a.description, name: d.name, reason: reason),
+                        HistoryRecord(kind: .change, at: t, device: a.description, name: d.name, condition: .down, reason: reason)]
+            }
+            new = (.down, reason, nil)
         default: // restoring, connecting, discovering, waitingForDevice: pursued, not connected
             if ["connecting", "discovering"].contains(r.to), !["connecting", "discovering"].contains(r.from) || d.attemptAt == nil {
                 d.attemptAt = now
@@ -214,6 +232,11 @@ public struct HistoryRecorder: Sendable {
 }
 
 extension HistoryRecorder {
+    /// The device's current drop began within `DisconnectClassifier.causeWindow` of `now`.
+    func causedNow(_ d: Device, _ now: Moment) -> Bool {
+        d.droppedAt.map { now.since($0) <= DisconnectClassifier.causeWindow } ?? false
+    }
+
     /// What of a machine event the record needs, told before the machine handles it (so the
     /// adapter's loss that follows bluetoothd's is known as bluetoothd's).
     public static func input(before event: Event) -> Input? {

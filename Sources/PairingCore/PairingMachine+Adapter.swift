@@ -16,6 +16,18 @@ extension PairingMachine {
         for a in sortedAddresses {
             guard let i = slot[a] else { continue }
             let d = slots[i]
+            if d.wanted == .connected, let bondOn = d.identity.adapterAddress, let inUse = adapterInUse, bondOn != inUse {
+                // Its bond is on another adapter: it waits for that one, never tried here (and
+                // never paired again here but by the user's `pairctl pair`).
+                if case .restoring = d.state {
+                    move(i, to: .adapterUnavailable, now, &actions, reason: "bond-on-adapter \(bondOn)")
+                }
+                continue
+            }
+            if d.identity.adapterAddress == nil, let inUse = adapterInUse, let v = views[a], v.exists, v.bonded {
+                slots[i].identity.adapterAddress = inUse // known from now on (a state file from before)
+                actions.append(.persist)
+            }
             switch d.state {
             case .restoring, .adapterUnavailable:
                 reconcile(i, view: views[a] ?? .absent, now, &actions)
@@ -123,6 +135,12 @@ extension PairingMachine {
             let d = slots[i]
             switch d.state {
             case .restoring, .connecting, .discovering, .connected, .waitingForDevice:
+                // A link lost moments ago was the adapter's (bluetoothd stopping drops the links
+                // before it powers the adapter off): its last disconnect says so.
+                if case .waitingForDevice = d.state, let last = d.lastDisconnect, last.reason != "adapter-gone",
+                   now.since(last.at) <= DisconnectClassifier.causeWindow {
+                    slots[i].lastDisconnect = .init(reason: "adapter-gone", at: last.at)
+                }
                 move(i, to: .adapterUnavailable, now, &actions, reason: "adapter-gone")
             case .adapterUnavailable, .disconnected, .needsRepair:
                 break

@@ -105,7 +105,7 @@ extension PairingMachine {
             return nil
         case .userDisconnect(let a), .userUnpair(let a):
             return device(a) == nil ? .unknownDevice(a) : nil
-        case .adapterReady, .adapterIdentified, .adapterLost, .autoConnectArmed, .bluetoothdLeft, .bluetoothdUnit, .bluetoothdStartFailed, .bluetoothdBack, .bluetoothdAbsent, .linkUp, .servicesResolved, .servicesLost, .linkProven,
+        case .adapterReady, .adapterIdentified, .adapterInUse, .adapterLost, .autoConnectArmed, .bluetoothdLeft, .bluetoothdUnit, .bluetoothdStartFailed, .bluetoothdBack, .bluetoothdAbsent, .linkUp, .servicesResolved, .servicesLost, .linkProven,
              .linkDown, .bondLost, .deviceRemoved, .bondedDeviceAppeared, .connectSucceeded, .connectFailed, .setUpLinkFinished,
              .characteristicsMissing, .characteristicAppeared,
              .pairSucceeded, .pairFailed, .removeDeviceAnswered, .candidateFound, .discoveryFailed, .countdownFired, .agentAsked, .agentCanceled, .addressChanged,

@@ -150,7 +150,7 @@ extension PairingMachine {
         var uuids = Set(p.request.serviceUUIDs)
         uuids.formUnion(c.serviceUUIDs)
         let identity = DeviceIdentity(address: a, addressType: c.addressType, name: c.name,
-                                      adapter: config.adapter, serviceUUIDs: uuids.sorted())
+                                      adapter: config.adapter, serviceUUIDs: uuids.sorted(), adapterAddress: adapterInUse)
         if let i = slot[a] {
             slots[i].identity = identity
             slots[i].wanted = .connected

@@ -41,6 +41,8 @@ public struct PairingMachine: Sendable {
     var leftoverPairs: [DeviceAddress: Moment] = [:]
     static let leftoverPairWindow: Duration = .seconds(120)
     public internal(set) var adapterUp = false
+    /// The address of the adapter in use, as last told (`Event.adapterInUse`).
+    public internal(set) var adapterInUse: DeviceAddress?
     /// The devices BlueZ's auto-connect is armed for now (`Event.autoConnectArmed`).
     public internal(set) var autoConnectArmed: Set<DeviceAddress> = []
     /// bluetoothd on the bus, and after a crash its restarts (`PairingMachine+Bluetoothd`).
@@ -98,6 +100,7 @@ public struct PairingMachine: Sendable {
         switch event {
         case .adapterReady(let views): adapterReady(views, now, &actions)
         case .adapterIdentified(let configured, let address, let name): adapterIdentified(configured, address, name, now, &actions)
+        case .adapterInUse(let address): adapterInUse = address
         case .adapterLost: adapterLost(now, &actions)
         case .autoConnectArmed(let devices): autoConnectArmed(devices, now, &actions)
         case .bluetoothdLeft: bluetoothdLeft(now, &actions)

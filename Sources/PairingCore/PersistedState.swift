@@ -100,6 +100,9 @@ public struct PersistedDevice: Sendable, Hashable, Codable {
     /// Optional and written only when true: files without it (older paird) read as false, and an
     /// older paird reading a file with it ignores the key, so the version stays 1.
     public var bluetoothdCrashedOnLink: Bool?
+    /// `DeviceIdentity.adapterAddress`. Optional: files without it (older paird) read as not
+    /// known yet, an older paird ignores it; the version stays 1.
+    public var adapterAddress: DeviceAddress?
 
     public init(identity: DeviceIdentity, wanted: Wanted, pairedAt: Double, updatedAt: Double,
                 bluetoothdCrashedOnLink: Bool? = nil) {
@@ -109,13 +112,15 @@ public struct PersistedDevice: Sendable, Hashable, Codable {
         name = identity.name
         adapter = identity.adapter
         serviceUUIDs = identity.serviceUUIDs
+        adapterAddress = identity.adapterAddress
         self.wanted = wanted
         self.pairedAt = Date(timeIntervalSince1970: pairedAt.rounded())
         self.updatedAt = Date(timeIntervalSince1970: updatedAt.rounded())
     }
 
     public var identity: DeviceIdentity {
-        DeviceIdentity(address: address, addressType: addressType, name: name, adapter: adapter, serviceUUIDs: serviceUUIDs)
+        DeviceIdentity(address: address, addressType: addressType, name: name, adapter: adapter, serviceUUIDs: serviceUUIDs,
+                       adapterAddress: adapterAddress)
     }
 }
 

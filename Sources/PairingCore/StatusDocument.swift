@@ -100,13 +100,17 @@ public struct StatusDocument: Codable, Sendable, Hashable {
         /// The link-health countdown running, if any (null: none, as for a wearable that
         /// notifies only on change, or any state but connected).
         public var health: Health?
+        /// The address of the adapter that holds its bond (null: not known yet). While another
+        /// adapter is in use it waits for this one (`adapterUnavailable`).
+        public var bondAdapter: String?
 
         public init(address: String, name: String, state: String, wanted: String, since: Date,
                     lastDisconnect: LastDisconnect?, reconnectAttempts: Int, battery: Int?, services: [String],
                     autoConnect: Bool = false, nextDeadline: Date? = nil, repairReason: String? = nil,
                     missingCharacteristics: [String] = [], lastData: Date? = nil, health: Health? = nil,
-                    addressType: String = "public") {
+                    addressType: String = "public", bondAdapter: String? = nil) {
             self.address = address
+            self.bondAdapter = bondAdapter
             self.addressType = addressType
             self.name = name
             self.state = state
@@ -126,7 +130,7 @@ public struct StatusDocument: Codable, Sendable, Hashable {
 
         enum CodingKeys: String, CodingKey {
             case address, addressType, name, state, wanted, since, lastDisconnect, reconnectAttempts, battery, services
-            case autoConnect, nextDeadline, repairReason, missingCharacteristics, lastData, health
+            case autoConnect, nextDeadline, repairReason, missingCharacteristics, lastData, health, bondAdapter
         }
 
         // Decoded leniently: a status from a paird older than these two fields still reads.
@@ -148,6 +152,7 @@ public struct StatusDocument: Codable, Sendable, Hashable {
             missingCharacteristics = try c.decodeIfPresent([String].self, forKey: .missingCharacteristics) ?? []
             lastData = try c.decodeIfPresent(Date.self, forKey: .lastData)
             health = try c.decodeIfPresent(Health.self, forKey: .health)
+            bondAdapter = try c.decodeIfPresent(String.self, forKey: .bondAdapter)
         }
 
         // Encode nulls explicitly: a consumer sees `"battery": null`, not a missing key.
@@ -169,6 +174,7 @@ public struct StatusDocument: Codable, Sendable, Hashable {
             try c.encode(missingCharacteristics, forKey: .missingCharacteristics)
             try c.encode(lastData, forKey: .lastData)
             try c.encode(health, forKey: .health)
+            try c.encode(bondAdapter, forKey: .bondAdapter)
         }
     }
 

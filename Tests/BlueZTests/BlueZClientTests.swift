@@ -80,13 +80,18 @@ struct BlueZClientTests {
         try mock.updateProperties(pathA, "org.bluez.Device1", ["Connected": .bool(true)])
         try runUntil(mock.loop, "connected") { rec.has(.linkUp(addrA)) }
         try mock.updateProperties(pathA, "org.bluez.Device1", ["ServicesResolved": .bool(true)])
-        try runUntil(mock.loop, "resolved") { rec.has(.servicesResolvedChanged(addrA, true)) }
+        try runUntil(mock.loop, "resolved") { rec.has(.servicesResolved(addrA)) }
         try mock.updateProperties(pathA, "org.bluez.Device1", ["Paired": .bool(true)])
         try runUntil(mock.loop, "bonded") { rec.has(.bondChanged(addrA, bonded: true)) }
         // Bonded (5.65+): Paired && !Bonded is not a bond.
         try mock.addProperties(pathA, "org.bluez.Device1", ["Bonded": .bool(true)])
         try mock.updateProperties(pathA, "org.bluez.Device1", ["Bonded": .bool(false)])
         try runUntil(mock.loop, "bond lost") { rec.has(.bondChanged(addrA, bonded: false)) }
+        // The link stays up while its services go (the wearable's GATT restarting): servicesLost.
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["ServicesResolved": .bool(false)])
+        try runUntil(mock.loop, "services lost") { rec.has(.servicesLost(addrA)) }
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["ServicesResolved": .bool(true)])
+        try runUntil(mock.loop, "resolved again") { rec.count { $0 == .servicesResolved(addrA) } == 2 }
         #expect(client.views(for: [addrA])[addrA] == BlueZDeviceView(exists: true, bonded: false, connected: true, servicesResolved: true))
 
         // A repeated value is not a change.
@@ -102,7 +107,10 @@ struct BlueZClientTests {
         try mock.updateProperties(pathA, "org.bluez.Device1", ["Connected": .bool(false), "ServicesResolved": .bool(false)])
         let timeout = DisconnectClassifier.Evidence(reason: DisconnectClassifier.Reason(name: "org.bluez.Reason.Timeout"),
                                                     stillBonded: false, deviceExists: true, adapterUp: true)
-        try runUntil(mock.loop, "link down") { rec.has(.linkDown(addrA, timeout)) && rec.has(.servicesResolvedChanged(addrA, false)) }
+        try runUntil(mock.loop, "link down") { rec.has(.linkDown(addrA, timeout)) }
+        // Its services went with the link: no servicesLost for a link that is down (the one
+        // counted is from the services going while the link stayed, above).
+        #expect(rec.count { if case .servicesLost = $0 { true } else { false } } == 1)
 
         // Battery1 appears with the link and reports its percentage.
         try mock.addProperties(pathA, "org.bluez.Battery1", ["Percentage": .byte(77)])
@@ -468,7 +476,7 @@ struct BlueZClientTests {
         // next connection) wait for the next setUpLink.
         try mock.updateProperties(pathA, "org.bluez.Device1", ["ServicesResolved": .bool(true)])
         try mock.updateProperties(pathA, "org.bluez.Device1", ["ServicesResolved": .bool(false), "Connected": .bool(false)])
-        try runUntil(mock.loop, "link down seen") { rec.has(.servicesResolvedChanged(addrA, false)) }
+        try runUntil(mock.loop, "link down seen") { rec.count { if case .linkDown(addrA, _) = $0 { true } else { false } } > 0 }
         try mock.addObject(pathA + "/service0030", MockBlueZ.gattService, ["UUID": .string(ServiceUUID.heartRate), "Primary": .bool(true), "Device": .objectPath(pathA)])
         let later = pathA + "/service0030/char0031"
         try mock.addObject(later, MockBlueZ.gattChar, [
@@ -510,7 +518,7 @@ struct BlueZClientTests {
         let hrm = pathA + "/service000a/char000b"
         let bat = pathA + "/service000e/char000f"
         try mock.updateProperties(pathA, "org.bluez.Device1", ["Connected": .bool(true), "ServicesResolved": .bool(true)])
-        try runUntil(mock.loop, "link up") { rec.has(.servicesResolvedChanged(addrA, true)) }
+        try runUntil(mock.loop, "link up") { rec.has(.servicesResolved(addrA)) }
 
         var done: BlueZFailure?? = .none
         client.setUpLink(addrA, subscribe: ["2a37"], battery: true) { done = .some($0) }
@@ -566,7 +574,7 @@ struct BlueZClientTests {
         #expect(ended == 2, "the end before the refused resubscribe was one too")
         try mock.updateProperties(hrm, MockBlueZ.gattChar, ["Notifying": .bool(true)])
         try mock.updateProperties(pathA, "org.bluez.Device1", ["ServicesResolved": .bool(false), "Connected": .bool(false)])
-        try runUntil(mock.loop, "link down") { rec.has(.servicesResolvedChanged(addrA, false)) }
+        try runUntil(mock.loop, "link down") { rec.count { if case .linkDown(addrA, _) = $0 { true } else { false } } > 0 }
         try mock.updateProperties(hrm, MockBlueZ.gattChar, ["Notifying": .bool(false)])
         try mock.updateProperties(bat, MockBlueZ.gattChar, ["Value": .bytes([50])])
         try runUntil(mock.loop, "a later signal") { rec.has(.battery(addrA, 50)) || client.stats.subscriptionsEnded > ended }
@@ -663,6 +671,15 @@ struct BlueZClientTests {
     @Test func autoConnectUUIDsReRegisterTheApplication() throws {
         let mock = try MockBlueZ()
         try mock.addAdapter()
+        // Two bonded wearables (a strap offering Heart Rate, a ring offering only Battery) and an
+        // unbonded strap: what the auto-connect is armed for follows the registered UUIDs.
+        let strap = try mock.addDevice("hci0", devA)
+        let ring = try mock.addDevice("hci0", "AA:BB:CC:DD:EE:02", name: "Ring")
+        let stranger = try mock.addDevice("hci0", "AA:BB:CC:DD:EE:03", name: "Other strap")
+        try mock.updateProperties(strap, "org.bluez.Device1", ["Paired": .bool(true), "UUIDs": .stringArray([ServiceUUID.heartRate])])
+        try mock.updateProperties(ring, "org.bluez.Device1", ["Paired": .bool(true), "UUIDs": .stringArray([ServiceUUID.battery])])
+        try mock.updateProperties(stranger, "org.bluez.Device1", ["UUIDs": .stringArray([ServiceUUID.heartRate])])
+        let addrRing = DeviceAddress("AA:BB:CC:DD:EE:02")!
         let (client, rec, conn) = try mock.startClient()
         #expect(try mock.applications("/org/bluez/hci0") == ["/org/paird/app": [ServiceUUID.heartRate]])
         // Our application root answers GetManagedObjects with the profile, as BlueZ reads it.
@@ -675,11 +692,10 @@ struct BlueZClientTests {
         try runUntil(mock.loop, "unregistered") { client.registeredAutoConnectUUIDs == nil }
         #expect(try mock.applications("/org/bluez/hci0").isEmpty)
         #expect(client.stats.applicationRegistrations == 2)
-        // Each change of what BlueZ holds is reported, in order (the machine's "armed" view).
-        let hr = ServiceUUID.heartRate, bat = ServiceUUID.battery
-        var armed: [[String]] { rec.events.compactMap { if case .autoConnectArmed(let u) = $0 { u } else { nil } } }
+        // Each change of what the auto-connect covers is reported, in order (the machine's "armed" view).
+        var armed: [Set<DeviceAddress>] { rec.events.compactMap { if case .autoConnectArmed(let u) = $0 { u } else { nil } } }
         try runUntil(mock.loop, "armed reports") { armed.count == 4 }
-        #expect(armed == [[hr], [], [hr, bat], []])
+        #expect(armed == [[addrA], [], [addrA, addrRing], []])
 
         var stopped = false
         client.stop { stopped = true }
@@ -710,7 +726,7 @@ struct BlueZClientTests {
                       [.string("org.bluez.Battery1"), .vardict(["Percentage": .string("junk")]), .stringArray([])])
         // A well-formed change after the junk still arrives.
         try mock.updateProperties(pathA, "org.bluez.Device1", ["ServicesResolved": .bool(true)])
-        try runUntil(mock.loop, "valid event after junk") { rec.has(.servicesResolvedChanged(addrA, true)) }
+        try runUntil(mock.loop, "valid event after junk") { rec.has(.servicesResolved(addrA)) }
         #expect(rec.events.count == eventsBefore + 1)
         #expect(client.stats.signalsIgnored >= ignoredBefore + 5)
         let info = try #require(client.device(addrA))

@@ -42,7 +42,9 @@ struct MetricsIntegrationTests {
         try waitFor("connected 1 in the textfile", deadline: 10) { samples(prom)["paird_wearable_connected{\(l)}"] == 1 }
 
         try host.setDevice(watch, "'Connected': False, 'ServicesResolved': False") // link loss
-        try waitFor("connected 0 and a link-loss drop", deadline: 10) {
+        // The link loss is counted once DisconnectClassifier.causeWindow (10 s) is over: its
+        // adapter or bluetoothd did not turn out to be its cause.
+        try waitFor("connected 0 and a link-loss drop", deadline: 25) {
             let s = samples(prom)
             return s["paird_wearable_connected{\(l)}"] == 0 && s["paird_wearable_drops_total{\(l),reason=\"link-loss\"}"] == 1
         }

@@ -91,6 +91,40 @@ struct MetricsTests {
         #expect(samples(m.render())["paird_wearable_drops_total{\(l),reason=\"bluetoothd-gone\"}"] == 2)
     }
 
+    @Test("a link loss is counted after the cause window, under the reason the record gave it meanwhile")
+    func linkLossSettles() {
+        let m = WearableMetrics()
+        let drops = { (reason: String) in samples(m.render())["paird_wearable_drops_total{\(self.l),reason=\"\(reason)\"}"] }
+        // A plain link loss: held back, then counted as one.
+        m.take([up(Self.t0), down(Self.t0 + 1, HistoryRecord.Reason.linkLoss)])
+        #expect(drops("link-loss") == 0 && m.pendingDrop(Self.d) == "link-loss")
+        m.settleLinkLosses()
+        #expect(drops("link-loss") == 1 && m.pendingDrop(Self.d) == nil)
+        // bluetoothd stopping: the link first, its adapter 3.3 s later (the record's reason and
+        // change lines), bluetoothd leaving after: counted once, as bluetoothd's, at its verdict.
+        m.take([up(Self.t0 + 10), down(Self.t0 + 20, HistoryRecord.Reason.linkLoss)])
+        m.take([HistoryRecord(kind: .reason, at: Self.t0 + 23.3, device: Self.d, name: "Watch", reason: HistoryRecord.Reason.adapterGone),
+                HistoryRecord(kind: .change, at: Self.t0 + 23.3, device: Self.d, name: "Watch", condition: .down,
+                              reason: HistoryRecord.Reason.adapterGone)])
+        m.take([HistoryRecord(kind: .reason, at: Self.t0 + 23.5, device: Self.d, name: "Watch", reason: HistoryRecord.Reason.bluetoothdGone)])
+        m.settleLinkLosses() // the window is over: bluetoothd's drop still waits for its verdict
+        #expect(drops("bluetoothd-gone") == 0 && drops("adapter-gone") == 0 && drops("link-loss") == 1)
+        m.bluetoothdVerdict(crashed: false)
+        #expect(drops("bluetoothd-gone") == 1 && drops("adapter-gone") == 0 && drops("link-loss") == 1)
+        // A controller unplugged: adapter-gone, counted when the window is over.
+        m.take([up(Self.t0 + 30), down(Self.t0 + 40, HistoryRecord.Reason.linkLoss)])
+        m.take([HistoryRecord(kind: .reason, at: Self.t0 + 40.2, device: Self.d, name: "Watch", reason: HistoryRecord.Reason.adapterGone)])
+        m.settleLinkLosses()
+        #expect(drops("adapter-gone") == 1 && drops("link-loss") == 1)
+        // bluetoothd stopping with the link seen going only with the adapter: adapter-gone at
+        // first, bluetoothd's when it leaves, counted at its verdict.
+        m.take([up(Self.t0 + 50), down(Self.t0 + 60, HistoryRecord.Reason.adapterGone, .down)])
+        m.take([HistoryRecord(kind: .reason, at: Self.t0 + 60.2, device: Self.d, name: "Watch", reason: HistoryRecord.Reason.bluetoothdGone)])
+        m.settleLinkLosses()
+        m.bluetoothdVerdict(crashed: false)
+        #expect(drops("adapter-gone") == 1 && drops("bluetoothd-gone") == 2)
+    }
+
     @Test("unpaired: its series go; renamed or a new address: new series with the counters carried over")
     func unpairRenameMove() {
         let m = WearableMetrics()

@@ -33,6 +33,23 @@ struct StatusTextTests {
                 disarmed: ["F3:5A:B1:00:00:02", "F3:5A:B1:00:00:03", "F3:5A:B1:00:00:04"])))
     }
 
+    @Test("a wearable whose bond is on another adapter than the one in use: the text names both and the way out")
+    func bondOnAnotherAdapter() {
+        var d = StatusDocument.Device(address: "F3:5A:B1:00:00:02", name: "Strap", state: "adapterUnavailable", wanted: "connected",
+                                      since: now.addingTimeInterval(-60), lastDisconnect: nil, reconnectAttempts: 0, battery: nil, services: [])
+        d.bondAdapter = "00:AA:01:00:00:00"
+        let inUse = StatusDocument.Adapter(name: "hci1", address: "00:AA:01:09:00:00", powered: true, present: true)
+        let text = StatusText.device(d, now: now, adapter: inUse).joined(separator: "\n")
+        #expect(text.contains("waiting for adapter 00:AA:01:00:00:00, which holds its bond (00:AA:01:09:00:00 is in use)"), "\(text)")
+        #expect(text.contains("`pairctl pair F3:5A:B1:00:00:02`"), "\(text)")
+        // Its own adapter in use, or none present: Bluetooth is what is unavailable.
+        for a in [StatusDocument.Adapter(name: "hci0", address: "00:aa:01:00:00:00", powered: false, present: true),
+                  StatusDocument.Adapter(name: nil, address: "00:AA:01:09:00:00", powered: false, present: false)] {
+            let plain = StatusText.device(d, now: now, adapter: a).joined(separator: "\n")
+            #expect(plain.contains("Bluetooth unavailable") && !plain.contains("holds its bond"), "\(plain)")
+        }
+    }
+
     @Test("every line of the longest status fits 100 columns, and nothing of it is lost")
     func fitsAHundredColumns() {
         var other = worstCase()

@@ -207,4 +207,40 @@ struct HistoryRecorderTests {
         #expect(HistoryRecord.parse(line: Array(rec.line.utf8)) == rec)
         #expect(HistoryRecord.parse(line: Array(rec.line.utf8.dropLast(9))) == nil, "a torn line is none")
     }
+
+    @Test("bluetoothd stopping cleanly: the link drops 3.3 s before the adapter, and bluetoothd leaves after: one drop, bluetoothd's")
+    func stopDropsLinksFirst() {
+        var r = connectedAt10()
+        r.h.advance(.seconds(100))                               // t = 110
+        r.send(.linkDown(watch, linkLoss))                       // Connected=false, no reason (5.66)
+        r.h.advance(.milliseconds(3300))                         // t = 113.3: Powered=false
+        r.send(.adapterLost)
+        r.h.advance(.milliseconds(200))                          // t = 113.5: org.bluez leaves the bus
+        r.send(.bluetoothdLeft)
+        let w = watch.description
+        #expect(Array(r.records.suffix(4)) == [
+            HistoryRecord(kind: .down, at: epoch + 110, device: w, name: "Watch", condition: .away, reason: "link-loss", lasted: 100),
+            HistoryRecord(kind: .reason, at: epoch + 113.3, device: w, name: "Watch", reason: "adapter-gone"),
+            HistoryRecord(kind: .change, at: epoch + 113.3, device: w, name: "Watch", condition: .down, reason: "adapter-gone"),
+            HistoryRecord(kind: .reason, at: epoch + 113.5, device: w, name: "Watch", reason: "bluetoothd-gone"),
+        ])
+        let drops = HistoryAnalysis.analyse(r.records, device: w, since: epoch, until: epoch + 200).drops
+        #expect(drops.map(\.reason) == ["bluetoothd-gone"])
+        // The status says so too.
+        #expect(r.h.machine.device(watch)?.lastDisconnect?.reason == "adapter-gone")
+    }
+
+    @Test("a link lost longer than the cause window before the adapter went stays the wearable's")
+    func linkLossLongBeforeAdapter() {
+        var r = connectedAt10()
+        r.send(.linkDown(watch, linkLoss))
+        r.h.advance(.seconds(11))
+        r.send(.adapterLost)
+        let w = watch.description
+        #expect(Array(r.records.suffix(2)) == [
+            HistoryRecord(kind: .down, at: epoch + 10, device: w, name: "Watch", condition: .away, reason: "link-loss", lasted: 0),
+            HistoryRecord(kind: .change, at: epoch + 21, device: w, name: "Watch", condition: .down, reason: "adapter-gone"),
+        ])
+        #expect(r.h.machine.device(watch)?.lastDisconnect?.reason == "link-loss")
+    }
 }

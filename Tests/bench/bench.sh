@@ -4,7 +4,7 @@
 # (JSON lines + report.md, the tables of BENCHMARKS.md); VM logs in testbed-out/bench-*/
 # (with BENCH_PARALLEL: testbed-out/bench-<time>/reconnect-<approach>-<k>/).
 #
-#   Tests/bench/bench.sh [--quick] [scale] [native] [reconnect] [costs] [stall] [history]  (default: all six)
+#   Tests/bench/bench.sh [--quick] [scale] [native] [reconnect] [costs] [stall] [history] [around]  (default: all seven)
 #
 #   scale      host, python-dbusmock: 1/10/100 devices, memory and CPU per event      (~1 min)
 #   native     host, python-dbusmock: start-up and idle cost on the host's own CPU    (~3 min)
@@ -13,6 +13,9 @@
 #   stall      VM, one per BlueZ version and profile: pair, return, dropped subscription, stalled ATT
 #   history    host, python-dbusmock: `pairctl history` on 30 days of a busy wearable and on the record
 #              at its cap; paird's RSS with the record at its cap while it compacts     (~10 min)
+#   around     VM, one at a time: resume → first notification (paird_sleep, BENCH_SLEEPS sleeps) and
+#              plug-in → first notification (paird_replug, BENCH_REPLUGS rounds), each beside a clean
+#              bluetoothd restart's figure from the same run                          (~12 min)
 #   --quick    a smoke run with few reps (~8 min in all)
 # Knobs (environment): BENCH_REPS5 (20), BENCH_REPS60 (2), BENCH_REPS300 (0), BENCH_STARTS (20),
 # BENCH_WINDOW (90 s; the native part's windows too), BENCH_SCALE_REPS (3), BENCH_STALL_REPS (5 per
@@ -29,15 +32,15 @@ quick=0; parts=()
 for a in "$@"; do
   case $a in
     --quick) quick=1 ;;
-    scale|native|reconnect|costs|stall|history) parts+=("$a") ;;
+    scale|native|reconnect|costs|stall|history|around) parts+=("$a") ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench.sh: unknown argument $a" >&2; exit 64 ;;
   esac
 done
-((${#parts[@]})) || parts=(scale native reconnect costs stall history)
+((${#parts[@]})) || parts=(scale native reconnect costs stall history around)
 if ((quick)); then
   : "${BENCH_REPS5:=2}" "${BENCH_REPS60:=0}" "${BENCH_STARTS:=3}" "${BENCH_WINDOW:=15}" "${BENCH_SCALE_REPS:=1}" "${BENCH_STALL_REPS:=2}"
-  : "${BENCH_HISTORY_REPS:=3}" "${BENCH_HISTORY_RSS_SECONDS:=40}"
+  : "${BENCH_HISTORY_REPS:=3}" "${BENCH_HISTORY_RSS_SECONDS:=40}" "${BENCH_SLEEPS:=3}" "${BENCH_REPLUGS:=2}"
 fi
 say() { printf '\033[1m[bench]\033[0m %s\n' "$*" >&2; }
 
@@ -172,6 +175,16 @@ for part in "${parts[@]}"; do
           if [[ -f $o/results.jsonl ]]; then sed "s/^{/{\"bluez\": \"${ver:-$v}\", /" "$o/results.jsonl" >>"$RES/stall.jsonl"; fi
         done
       done ;;
+    around)
+      # Issue 32: the scenarios themselves with more rounds; each prints its own figures and a
+      # clean bluetoothd restart's from the same run. One VM at a time: figures.
+      say "around the clock: ${BENCH_SLEEPS:-9} sleeps, then ${BENCH_REPLUGS:-10} unplugs (VM, one at a time)"
+      BED_X_SLEEPS=${BENCH_SLEEPS:-9} Tests/testbed/run-vm --timeout $(( 600 + ${BENCH_SLEEPS:-9} * 60 )) \
+        --out "$REPO/testbed-out/bench-around-sleep" Tests/e2e/paird_sleep.py || say "around (sleep): exit $?"
+      BED_X_REPLUGS=${BENCH_REPLUGS:-10} Tests/testbed/run-vm --timeout $(( 240 + ${BENCH_REPLUGS:-10} * 40 )) \
+        --out "$REPO/testbed-out/bench-around-replug" Tests/e2e/paird_replug.py || say "around (replug): exit $?"
+      /usr/bin/python3 Tests/bench/around.py testbed-out/bench-around-sleep testbed-out/bench-around-replug \
+        2>"$RES/around.jsonl" | tee "$RES/around.md" ;;
   esac
 done
 

@@ -1,0 +1,46 @@
+#!/bin/bash
+# arm64-sysroot.sh — prints the path of an arm64 sysroot made (once per machine, under the cache
+# dir PAIRD_ARM64_CACHE, /var/cache/paird-arm64) for cross-building paird:
+#   sysroot/            Debian bookworm arm64's C library, libgcc/libstdc++ and the -dev packages
+#                       paird links (libdbus-1-dev, libsystemd-dev) with their dependencies, each
+#                       unpacked by dpkg-deb -x (nothing installed; absolute symlinks made relative),
+#                       so the binaries link against what bookworm arm64 has;
+#   sysroot/debs/       the .debs themselves (debian/cross/arm64-deps.sh reads their shlibs/symbols);
+#   swift/              Debian's swiftlang (sid) arm64 resource dir: usr/libexec/swift/lib/{swift,
+#                       swift_static,clang} — the Swift modules and the static Swift runtime.
+# Keyed by the package lists and swiftlang's version.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+cache=${PAIRD_ARM64_CACHE:-/var/cache/paird-arm64}
+SYSROOT_PKGS=(libc6-dev libgcc-12-dev libstdc++-12-dev libdbus-1-dev libsystemd-dev)
+SWIFTLANG=${SWIFTLANG_VERSION:-6.2.3-1+b1}
+key=$(printf '%s\n' bookworm "${SYSROOT_PKGS[@]}" "$SWIFTLANG" | sha256sum | cut -c1-12)
+out=$cache/arm64-sysroot-$key
+if [[ ! -e $out/.ready ]]; then
+  t0=$(date +%s)
+  rm -rf "$out.tmp"; mkdir -p "$out.tmp/sysroot/debs" "$out.tmp/swift"
+  {
+  "$here/papt" bookworm arm64 update
+  # A private, empty dpkg status: apt downloads each package and everything it depends on.
+  "$here/papt" bookworm arm64 install -y -d --no-install-recommends "${SYSROOT_PKGS[@]}"
+  cp "$cache"/apt-bookworm-arm64/cache/archives/*.deb "$out.tmp/sysroot/debs/"
+  for d in "$out.tmp"/sysroot/debs/*.deb; do dpkg-deb -x "$d" "$out.tmp/sysroot"; done
+  # Absolute symlinks (libfoo.so -> /lib/...) point into the sysroot instead.
+  find "$out.tmp/sysroot" -type l -lname '/*' | while read -r l; do
+    t=$(readlink "$l"); ln -sfn "$(realpath -m --relative-to="$(dirname "$l")" "$out.tmp/sysroot$t")" "$l"; done
+  # Debian's swiftlang for arm64 (sid): only its resource dir is used (its binaries need glibc 2.42).
+  "$here/papt" sid arm64 update
+  deb=$cache/debs-sid-arm64/swiftlang_${SWIFTLANG/:/%3a}_arm64.deb   # ~500 MB: kept once per machine
+  [[ -f $deb ]] || { mkdir -p "${deb%/*}"; (cd "${deb%/*}" && "$here/papt" sid arm64 download "swiftlang=$SWIFTLANG"); }
+  dpkg-deb --fsys-tarfile "$deb" |
+    tar -x -C "$out.tmp/swift" --wildcards './usr/libexec/swift/lib/swift/*' './usr/libexec/swift/lib/swift_static/*' './usr/libexec/swift/lib/clang/*'
+  } >"$cache/arm64-sysroot-$key.log" 2>&1 || { tail -30 "$cache/arm64-sysroot-$key.log" >&2; exit 1; }
+  mv "$out.tmp" "$out"; touch "$out/.ready"
+  echo "arm64-sysroot: made in $(( $(date +%s) - t0 )) s: $out" >&2
+fi
+# The Swift driver, given -sdk, looks for the runtime (swiftrt.o, the static libraries) in the
+# SDK's usr/lib/swift{,_static}, as in a Swift SDK bundle: there they are.
+for d in swift swift_static; do
+  [[ -L $out/sysroot/usr/lib/$d ]] || ln -sfn "../../../swift/usr/libexec/swift/lib/$d" "$out/sysroot/usr/lib/$d"
+done
+echo "$out"
