@@ -14,6 +14,13 @@
 # time (docs/development.md, "What runs where": measured side by side). Each run's console goes to
 # testbed-out/<run>.console.log and is printed whole when the run ends, so runs never interleave.
 # E2E_JOBS=1 runs one VM at a time (benchmarks, timing-sensitive work).
+# E2E_GROUP=N (default 1: off, a VM each; see below): plain-mode runs (no boots=, no own_vm=yes in the header) with the same
+# wearable implementation and BlueZ version share a VM, N at most (run-vm --group, guest/run-group:
+# a reset between them, and a check that stops the group on any change the reset does not
+# cover); every run keeps its own result line, logs, console and timing. Off by default: its
+# one measured run showed no gain (the reset between scenarios cost about the boot it saves,
+# docs/development.md), and CI keeps the proven one VM per run until a leaner reset is measured.
+# README, "Group VMs".
 #
 # Prints PASS/FAIL per (scenario, wearable implementation, BlueZ version) — "PASS  paird_pair
 # [bumble, bluez 5.66]  (25.8 s; timing: boot 3.3 · stack 5.8 · …)" — with its wall time and where
@@ -129,20 +136,39 @@ btd_segfault() { grep -hoE 'bluetoothd\[[0-9]+\]:? (segfault|general protection 
 
 RES=$(mktemp -d "${TMPDIR:-/tmp}/e2e-results.XXXXXX")
 trap 'rm -rf "$RES"' EXIT
-# run_one INDEX: one run with its retries; its console in testbed-out/<run>.console.log, its
-# result in $RES/INDEX: "status<TAB>seconds<TAB>summary line".
+# run_one INDEX [RC SECONDS GROUP]: one run with its retries; its console in
+# testbed-out/<run>.console.log, its result in $RES/INDEX: "status<TAB>seconds<TAB>summary line".
+# With RC, its first run was in the group VM GROUP (run_group), exit RC, SECONDS its share of it;
+# a retry is always a VM of its own.
 run_one() {
-  local i=$1 r=${runs[$1]} e impl v s runname label out con t0 rc note tries retries crash_retry seg dt timing why
+  local i=$1 r=${runs[$1]} e impl v s runname label out con t0 rc note tries retries crash_retry seg dt timing why leak
   IFS='|' read -r e impl v s runname label <<<"$r"
   out=$OUTDIR/$runname; con=$OUTDIR/$runname.console.log
   mkdir -p "$OUTDIR"; : >"$con"
   export BED_WEARABLE=${impl/none/bumble}
   if [[ -n $v ]]; then export BLUEZ=$v; else unset BLUEZ; fi
   printf '=== %s\n' "$label" >>"$con"
-  t0=$(date +%s.%N)
-  "$TB/run-vm" --name "$runname" "$s" >>"$con" 2>&1
-  rc=$?
-  note=""; tries=1; retries=${E2E_RETRIES:-1}; crash_retry=$((retries > 0))
+  note=""
+  if [[ -n ${2:-} ]]; then
+    rc=$2; t0=$(awk -v d="$3" -v n="$(date +%s.%N)" 'BEGIN{printf "%.3f", n-d}')
+    { printf '(in the group VM %s: its console %s)\n' "$4" "$OUTDIR/$4.console.log"
+      cat "$out/scenario.log" 2>/dev/null
+      if ((rc != 0)); then
+        for f in bluetoothd.log:40 wearable.log:25 bumble.log:15; do
+          [[ -s $out/${f%:*} ]] && { printf '\n----- tail -n %s %s\n' "${f#*:}" "$out/${f%:*}"; tail -n "${f#*:}" "$out/${f%:*}"; }
+        done
+      fi
+      printf '[group %s] %s: exit %s (%s s of the group VM; %s)\n' "$4" "$runname" "$rc" "$3" "$(cat "$out/timing.txt" 2>/dev/null)"; } >>"$con"
+    # the reset after it found a change it does not cover: the rest of the group got a fresh VM
+    leak=$(head -n 3 "$out/group-leaked" 2>/dev/null | tr '\n' ' ' | cut -c1-300)
+    [[ -n $leak ]] && note+=" — LEFT A CHANGE THE GROUP RESET DOES NOT COVER (declare own_vm=yes): $leak"
+    note+=" [group VM $4]"
+  else
+    t0=$(date +%s.%N)
+    "$TB/run-vm" --name "$runname" "$s" >>"$con" 2>&1
+    rc=$?
+  fi
+  tries=1; retries=${E2E_RETRIES:-1}; crash_retry=$((retries > 0))
   while ((rc != 0)); do
     seg=$(btd_segfault "$out")
     if ((retries > 0)); then
@@ -177,9 +203,71 @@ run_one() {
     printf 'fail\t%s\tFAIL  %s  (%s s, exit %s%s; logs: %s)%s%s\n' "$dt" "$label" "$dt" "$rc" "$timing" "$out" "${why:+ — $why}" "$note"; fi >"$RES/$i"
 }
 
+# run_group INDEX...: the runs in one group VM (run-vm --group); then, for each, its result with
+# run_one (which retries a failed one on a VM of its own). Runs that did not get their turn (the
+# VM died, or the reset before them failed) go to a fresh group VM (one VM of their own each, if
+# that group made no progress at all); the run that was under way when the VM died counts as
+# failed in that VM (and gets run_one's retry).
+run_group() {
+  local idx=("$@") specs=() i e impl v s runname label gname con t0 rc dt left=() done_any=0
+  for i in "${idx[@]}"; do IFS='|' read -r e impl v s runname label <<<"${runs[i]}"; specs+=("$runname=$s"); done
+  IFS='|' read -r e impl v s runname label <<<"${runs[idx[0]]}"
+  gname=group-$runname; con=$OUTDIR/$gname.console.log
+  mkdir -p "$OUTDIR"
+  export BED_WEARABLE=${impl/none/bumble}
+  if [[ -n $v ]]; then export BLUEZ=$v; else unset BLUEZ; fi
+  t0=$(date +%s.%N)
+  "$TB/run-vm" --group --name "$gname" --out "$OUTDIR" "${specs[@]}" >"$con" 2>&1
+  for i in "${idx[@]}"; do
+    IFS='|' read -r e impl v s runname label <<<"${runs[i]}"
+    dt=$(cat "$OUTDIR/$runname/group-wall" 2>/dev/null || echo 0)
+    if [[ -s $OUTDIR/$runname/group-rc ]]; then
+      done_any=1; run_one "$i" "$(<"$OUTDIR/$runname/group-rc")" "$dt" "$gname"
+    elif grep -q ' scenario-start$' "$OUTDIR/$runname/boot-trace.log" 2>/dev/null; then
+      done_any=1   # under way when the VM stopped: a failed run (timeout, panic)
+      echo "run-vm: $runname did not finish in the group VM $gname (it died or timed out)" >>"$OUTDIR/$runname/scenario.log"
+      run_one "$i" 124 "$dt" "$gname"
+    else left+=("$i"); fi
+  done
+  ((${#left[@]})) || return 0
+  if ((done_any && ${#left[@]} > 1)); then run_group "${left[@]}"
+  else for i in "${left[@]}"; do run_one "$i"; done; fi
+}
+
+# ---------------------------------------------------------------- the groups
+# Runs that may share a VM (plain mode, no boots=, no own_vm=yes in the header) with the same
+# wearable implementation and BlueZ version go in groups of at most E2E_GROUP (default 1 or 0:
+# a VM per run, as before), dealt longest-first in turn so the groups take about as long; every
+# queue unit (a group or a run of its own) then runs longest first.
+GROUP=${E2E_GROUP:-1}
+declare -A gkey=()   # key → indices
+units=()             # "expected|indices"
+for ((i = 0; i < ${#runs[@]}; i++)); do
+  IFS='|' read -r e impl v s runname label <<<"${runs[i]}"
+  hdr=$(head -n 20 "$s" | grep -m1 -E '^(#|//) *testbed:' || true)
+  if ((GROUP > 1)) && [[ ! $hdr =~ mode=systemd && ! $hdr =~ boots=[0-9] && ! $hdr =~ own_vm=yes ]]; then
+    gkey[${impl/none/bumble}|$v]+="$i "   # a run without a wearable is a Bumble one (BED_WEARABLE)
+  else units+=("$e|$i"); fi
+done
+for k in "${!gkey[@]}"; do
+  read -ra m <<<"${gkey[$k]}"          # already longest first
+  ng=$(((${#m[@]} + GROUP - 1) / GROUP))
+  declare -a bins=(); declare -a bsum=()
+  for ((b = 0; b < ng; b++)); do bins[b]=; bsum[b]=0; done
+  for ((j = 0; j < ${#m[@]}; j++)); do   # snake: 0 1 2 2 1 0 0 1 2 …
+    b=$((j % (2 * ng))); ((b >= ng)) && b=$((2 * ng - 1 - b))
+    bins[b]+="${m[j]} "; bsum[b]=$(awk -v a="${bsum[b]}" -v x="$(cut -d'|' -f1 <<<"${runs[m[j]]}")" 'BEGIN{print a + x}')
+  done
+  for ((b = 0; b < ng; b++)); do units+=("${bsum[b]%.*}|${bins[b]% }"); done
+  unset bins bsum
+done
+mapfile -t units < <(printf '%s\n' "${units[@]}" | sort -t'|' -k1,1nr -s)
+ngroups=0; for u in "${units[@]}"; do [[ ${u#*|} == *" "* ]] && ngroups=$((ngroups + 1)); done
+echo "e2e: ${#runs[@]} runs in ${#units[@]} VMs ($ngroups group VMs of up to $GROUP plain-mode runs; E2E_GROUP=1: a VM each)"
+
 # ---------------------------------------------------------------- the queue
 t_all=$SECONDS
-declare -A running=()   # pid → index
+declare -A running=()   # pid → indices (a unit: one run, or a group)
 next=0; done_n=0
 report() { # print a finished run's console and result as one block
   local i=$1 r=${runs[$1]} e impl v s runname label
@@ -188,17 +276,19 @@ report() { # print a finished run's console and result as one block
   sed '1d' "$OUTDIR/$runname.console.log" 2>/dev/null
   [[ -s $RES/$i ]] && cut -f3- "$RES/$i" || echo "FAIL  $label  (no result: the run's job died)"
 }
-while ((next < ${#runs[@]} || ${#running[@]})); do
-  while ((next < ${#runs[@]} && ${#running[@]} < JOBS)); do
-    run_one "$next" & running[$!]=$next
+while ((next < ${#units[@]} || ${#running[@]})); do
+  while ((next < ${#units[@]} && ${#running[@]} < JOBS)); do
+    u=${units[next]#*|}
+    if [[ $u == *" "* ]]; then run_group $u & else run_one "$u" & fi
+    running[$!]=$u
     next=$((next + 1))
   done
   wait -n -p pid "${!running[@]}" 2>/dev/null
   [[ -n ${pid:-} && -n ${running[$pid]+x} ]] || {   # wait -n without -p (bash < 5.1): find who ended
     for p in "${!running[@]}"; do kill -0 "$p" 2>/dev/null || { pid=$p; break; }; done; }
   [[ -n ${pid:-} && -n ${running[$pid]+x} ]] || continue
-  i=${running[$pid]}; unset "running[$pid]"; pid=
-  done_n=$((done_n + 1)); report "$i"
+  u=${running[$pid]}; unset "running[$pid]"; pid=
+  for i in $u; do done_n=$((done_n + 1)); report "$i"; done
 done
 
 # ---------------------------------------------------------------- the summary
