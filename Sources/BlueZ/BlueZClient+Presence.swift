@@ -25,13 +25,9 @@ extension BlueZClient {
     /// The adapters as the cache shows them, and the one the selector picks now.
     func adapterView() -> Presence.AdapterView {
         var adapters: [String: AdapterInfo] = [:]
-        for path in cache.adapterPaths {
-            guard let props = cache[path]?[Iface.adapter] else { continue }
-            adapters[path] = AdapterInfo(path: path, name: String(path.split(separator: "/").last ?? ""),
-                                         address: props["Address"]?.string ?? "", powered: props["Powered"]?.bool ?? false)
-        }
-        return Presence.AdapterView(adapters: adapters, best: presence.listedOwner != nil ? selectAdapter() : nil,
-                                    mayReselect: selector.isEmpty && knownAddress == nil)
+        for path in cache.adapterPaths { adapters[path] = adapterInfo(path) }
+        // (Before a listing the cache is empty: no adapter is picked.)
+        return Presence.AdapterView(adapters: adapters, best: selectAdapter(), mayReselect: selector.isEmpty && knownAddress == nil)
     }
 
     /// The cache changed in a way that may matter to the adapter's choice or readiness.
@@ -155,20 +151,13 @@ extension BlueZClient {
                 }
                 self.cache.replace(with: tree)
                 self.stats.cacheRebuilds += 1
-                self.present(.listed(owner: owner, self.adapterViewListed()))
+                self.present(.listed(owner: owner, self.adapterView()))
             case .failure(let e):
                 self.note("GetManagedObjects: \(e)")
                 // bluetoothd may be starting up: try again unless it left meanwhile.
                 self.present(.listFailed(owner: owner))
             }
         }
-    }
-
-    /// The view as it will be once the listing is applied (the selection runs on the new cache).
-    private func adapterViewListed() -> Presence.AdapterView {
-        var view = adapterView()
-        view.best = selectAdapter()
-        return view
     }
 
     // MARK: - Adapter selection

@@ -184,8 +184,11 @@ public final class BlueZClient {
 
     // MARK: - Public view of the cache
 
-    public var adapter: AdapterInfo? {
-        guard let path = adapterPath, let props = cache[path]?[Iface.adapter] else { return nil }
+    public var adapter: AdapterInfo? { adapterPath.flatMap(adapterInfo) }
+
+    /// The adapter at this path as the cache shows it.
+    func adapterInfo(_ path: String) -> AdapterInfo? {
+        guard let props = cache[path]?[Iface.adapter] else { return nil }
         return AdapterInfo(path: path, name: String(path.split(separator: "/").last ?? ""),
                            address: props["Address"]?.string ?? "", powered: props["Powered"]?.bool ?? false)
     }
