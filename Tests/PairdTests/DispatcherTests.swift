@@ -92,12 +92,17 @@ struct DispatcherTests {
         try f.script("10-hang", "echo $$ > \(f.out)/pgid; sleep 60 & sleep 60; echo never > \(f.out)/hang")
         try f.script("20-next", "echo ran > \(f.out)/next")
         let d = f.dispatcher(timeout: .seconds(1))
-        // A timer every 100 ms while the script hangs: each must fire on time (the loop is never blocked).
-        var lateness: [Duration] = []
+        // A timer every 100 ms while the script hangs: the loop runs them while the script is still
+        // running (no outcome yet), so it is never blocked waiting for it. Counted by order, not by
+        // lateness: the ticks due before the 1 s limit run before the limit's own timer, however
+        // slow the host (a blocking wait would run none of them before the outcome).
+        var ticks = 0
+        var ticksWhileRunning = 0
         var ticking = true
         func tick(_ due: ContinuousClock.Instant) {
             f.loop.schedule(at: due) {
-                lateness.append(due.duration(to: f.loop.now()))
+                ticks += 1
+                if f.outcomes.isEmpty { ticksWhileRunning += 1 }
                 if ticking { tick(due.advanced(by: .milliseconds(100))) }
             }
         }
@@ -111,8 +116,7 @@ struct DispatcherTests {
         #expect(f.outcomes.first.map { $0.duration >= .seconds(1) && $0.duration < .seconds(3) } == true, "\(f.outcomes)")
         #expect(took < .seconds(5), "killed at 1 s, not after the script's 60 s")
         #expect(f.read("next") == "ran\n" && f.read("hang") == nil)
-        #expect(lateness.count >= 8, "the loop's timer fired \(lateness.count) times in \(took)")
-        #expect(lateness.allSatisfy { $0 < .milliseconds(100) }, "late timers: \(lateness)")
+        #expect(ticksWhileRunning >= 5, "the loop's timer fired \(ticksWhileRunning) of \(ticks) times while the script ran (\(took))")
         // The background `sleep 60` of its group is gone too.
         if let pgid = f.read("pgid").flatMap({ Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }) {
             var alive: [String] = []
