@@ -618,7 +618,11 @@ class Wearable:
     async def run(self):
         self.stopping = asyncio.Event()
         self.event("starting", profile=self.args.profile, name=self.name, hci=f"hci{self.args.hci}")
-        transport = await self.take_controller()
+        if self.args.transport:  # a controller outside the kernel (the arm64 probe: Bumble's own link layer)
+            transport = await open_transport(self.args.transport)
+            self.event("controller", transport=self.args.transport)
+        else:
+            transport = await self.take_controller()
         cfg = DeviceConfiguration()
         cfg.name = self.name
         cfg.address = hci.Address(self.args.address or self.p["address"], hci.Address.RANDOM_DEVICE_ADDRESS)
@@ -701,6 +705,7 @@ def main():
     p.add_argument("--reject-compare", action="store_true", help="watch-confirm: answer 'no'")
     p.add_argument("--passkey", type=int, default=None, help="watch-passkey: show this passkey (0..999999), not a random one")
     p.add_argument("--take-deadline", type=float, default=15.0)
+    p.add_argument("--transport", help="a Bumble HCI transport (tcp-client:HOST:PORT) instead of hciN's user channel")
     args = p.parse_args()
     ring = args.profile == "ring"
     if args.drop_every is None:
