@@ -10,7 +10,7 @@ RELEASE_BIN   = .build/release
 # passes the same flags, or SwiftPM would rebuild .build/release back and forth.
 RELEASE       = PAIRD_VERSION=$(DEB_VERSION) $(SWIFT) build -c release --static-swift-stdlib
 
-.PHONY: all deps build release test unit e2e e2e-ci e2e-all e2e-versions bluez-builds demo bench soak dist-docs deb release-arm64 check-swiftlang install uninstall purge clean
+.PHONY: all deps build release test unit e2e e2e-ci e2e-all e2e-versions bluez-builds demo bench soak dist-docs deb release-arm64 check-swiftlang e2e-arm64 install uninstall purge clean
 
 all: build
 
@@ -165,6 +165,15 @@ release-arm64:
 ## unit tier run there (debian/cross/check-swiftlang.sh; prints its time).
 check-swiftlang:
 	PAIRD_VERSION=$(DEB_VERSION) debian/cross/check-swiftlang.sh
+
+## e2e-arm64 (issue 35; not in CI): the arm64 package installed with apt in the bookworm arm64 root
+## (debian/cross/try-arm64.sh), then run in an arm64 guest (qemu-system-aarch64, TCG, Debian's arm64
+## kernel, bluetoothd 5.66 arm64) against Bumble's strap: pair, notify, walk away and back, restart
+## (debian/cross/arm64-bed.sh; logs in testbed-out/arm64-bed).
+e2e-arm64:
+	$(MAKE) --no-print-directory deb ARCH=arm64
+	debian/cross/try-arm64.sh $$(ls -t .build/deb-arm64/paird_*_arm64.deb | head -1)
+	flock /tmp/paird-vm.lock debian/cross/arm64-bed.sh
 
 # Examples for the metrics (docs/reference.md, "Metrics for Prometheus"): share/doc/paird/examples.
 EXAMPLES      = etc/prometheus/paird-alerts.yml etc/prometheus/paird-alerts.test.yml etc/grafana/paird-dashboard.json
