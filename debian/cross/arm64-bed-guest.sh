@@ -35,7 +35,7 @@ start_paird() {
 STRAP=F3:5A:B1:00:00:01   # bumble_wearable.py's strap profile: its identity address
 state() { pairctl list 2>/dev/null | awk -v a=$STRAP '$1 == a {print $2}'; }
 is() { [[ $(state) == "$1" ]]; }
-not() { [[ $(state) != "$1" ]]; }
+away() { local s; s=$(state); [[ -n $s && $s != connected ]]; }   # listed, in another state (not a pairctl that failed)
 notified() { timeout 15 pairctl watch 2>/dev/null | grep -m1 -q "heart rate"; }
 t "paird: $(/usr/sbin/paird --version | head -1)"
 start_paird
@@ -47,7 +47,7 @@ rss() { awk '/VmRSS/ {print $2, $3}' /proc/$PAIRD/status; }
 sleep 5   # deliberate: idle a moment before the RSS is read
 t "paird RSS idle, one wearable connected: $(rss)"
 wcmd walk-away || fail "walk-away"
-waitfor 60 "link lost, paird waits (not connected)" not connected
+waitfor 60 "link lost, paird waits (not connected)" away
 t "state while away: $(state)"
 wcmd come-back || fail "come-back"
 waitfor 90 "connected again (no pairctl command)" is connected
