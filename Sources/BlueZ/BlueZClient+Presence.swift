@@ -22,12 +22,13 @@ extension BlueZClient {
         }
     }
 
-    /// The adapters as the cache shows them, and the one the selector picks now.
+    /// The adapters as the cache shows them, and the one each selector picks now.
     func adapterView() -> Presence.AdapterView {
         var adapters: [String: AdapterInfo] = [:]
         for path in cache.adapterPaths { adapters[path] = adapterInfo(path) }
         // (Before a listing the cache is empty: no adapter is picked.)
-        return Presence.AdapterView(adapters: adapters, best: selectAdapter(), mayReselect: selector.isEmpty && knownAddress == nil)
+        return Presence.AdapterView(adapters: adapters, picks: selectors.indices.map(selectAdapter),
+                                    mayReselect: selectors == [""] && knownAddress == nil)
     }
 
     /// The cache changed in a way that may matter to the adapter's choice or readiness.
@@ -63,7 +64,9 @@ extension BlueZClient {
             listTimer?.cancel()
         case .releaseAdapter(let path):
             note("no longer using adapter \(path)")
-            discoveryActive = false
+            if discoveryAdapter == path { discoveryAdapter = nil }
+            liveLinks = liveLinks.filter { adapterPath(for: $0) != path }
+            provenLinks = provenLinks.filter { adapterPath(for: $0) != path }
         case .registerAgent:
             registerAgent()
         case .unregisterAgent:
@@ -91,20 +94,25 @@ extension BlueZClient {
         case .armed:
             // Judged from the loop's next turn: it changes inside reply handlers.
             loop.enqueue { [weak self] in self?.reportArmed() }
-        case .adapterReady(let info):
-            namedOtherSaid = nil
-            if bindsByAddress, let a = Self.parseAddress(info.address) { knownAddress = a }
+        case .adapterReady(let info, let k):
+            namedOtherSaid[k] = nil
+            let a = Self.parseAddress(info.address)
+            if Self.bindsByAddress(selectors[k]), let a { knownAddresses[k] = a }
+            readyAddresses[k] = a
             note("adapter \(info.name) ready")
-            emit(.adapterReady(info))
-        case .adapterGone(let reason, let wasReady):
+            emit(.adapterReady(info, selector: selectors[k]))
+        case .adapterGone(let reason, let wasReady, let k):
+            let address = readyAddresses[k] ?? knownAddresses[k]
+            readyAddresses[k] = nil
             if wasReady {
-                pendingRemovals = []
-                removalTimer?.cancel()
+                // Removals held back for its devices say nothing about their bonds.
+                pendingRemovals.removeAll { a in address == nil || adapterOfDevice?(a).map { $0 == address } ?? (k == 0) }
+                if pendingRemovals.isEmpty { removalTimer?.cancel() }
                 note("adapter gone: \(reason)")
             } else {
                 note("no usable adapter: \(reason)")
             }
-            emit(.adapterGone(reason: reason))
+            emit(.adapterGone(reason: reason, address: address))
         }
     }
 
@@ -162,13 +170,15 @@ extension BlueZClient {
 
     // MARK: - Adapter selection
 
-    func selectAdapter() -> String? {
+    /// The adapter selector `k` picks now.
+    func selectAdapter(_ k: Int) -> String? {
+        let selector = selectors[k]
         let adapters = cache.adapterPaths.sorted { ($0.utf8.count, $0) < ($1.utf8.count, $1) }
-        if bindsByAddress, let known = knownAddress {
+        if Self.bindsByAddress(selector), let known = knownAddresses[k] {
             if let bound = adapters.first(where: { addressOf(adapter: $0) == known }) { return bound }
             let named = selector.isEmpty ? adapters.first : adapters.first { $0 == "/org/bluez/" + selector }
-            if let named, namedOtherSaid != named {
-                namedOtherSaid = named
+            if let named, namedOtherSaid[k] != named {
+                namedOtherSaid[k] = named
                 warn?("waiting for adapter \(known): \(named) is another adapter (\(addressOf(adapter: named).map { "\($0)" } ?? "?")), "
                      + "without the wearables' bonds; to use it, set [General] Adapter to its address and pair them again")
             }

@@ -13,8 +13,9 @@ extension BlueZClient {
         call(path, Iface.device, "Connect", timeout: timeout) { reply(Self.failure($0)) }
     }
 
-    /// `Adapter1.Powered` (a power cycle's two halves). BlueZ refuses `true` while rfkill blocks
-    /// the adapter (`org.bluez.Error.Blocked`): paird never lifts a block a person set.
+    /// `Adapter1.Powered` (a power cycle's two halves) of the default adapter. BlueZ refuses
+    /// `true` while rfkill blocks the adapter (`org.bluez.Error.Blocked`): paird never lifts a
+    /// block a person set.
     public func setAdapterPowered(_ on: Bool, reply: @escaping (BlueZFailure?) -> Void) {
         guard let adapterPath, cache[adapterPath] != nil else {
             loop.enqueue { reply(.adapterUnavailable) }
@@ -55,7 +56,7 @@ extension BlueZClient {
 
     /// `Adapter1.RemoveDevice`: forgets the device and its keys.
     public func removeDevice(_ address: DeviceAddress, reply: ((BlueZFailure?) -> Void)?) {
-        guard let adapterPath, cache[adapterPath] != nil else {
+        guard let adapterPath = adapterPath(for: address), cache[adapterPath] != nil else {
             loop.enqueue { reply?(.adapterUnavailable) }
             return
         }
@@ -72,11 +73,14 @@ extension BlueZClient {
     /// bed with the bare 5.87), and a distribution shipping that release would lose bluetoothd at
     /// every `pairctl pair --service`. BlueZ filters UUIDs in bluetoothd, not in the controller,
     /// so leaving them out costs D-Bus traffic during a pairing scan only, not radio time.
-    public func startDiscovery(address: DeviceAddress?, reply: @escaping (BlueZFailure?) -> Void) {
-        guard let adapterPath, cache[adapterPath] != nil else {
+    /// `adapter`: the address of the ready adapter to scan on; nil: the default adapter.
+    public func startDiscovery(address: DeviceAddress?, adapter: DeviceAddress? = nil, reply: @escaping (BlueZFailure?) -> Void) {
+        let chosen = adapter.map { a in presence.readyPaths.first { addressOf(adapter: $0) == a } } ?? adapterPath
+        guard let adapterPath = chosen, cache[adapterPath] != nil else {
             loop.enqueue { reply(.adapterUnavailable) }
             return
         }
+        if let running = discoveryAdapter, running != adapterPath { stopDiscovery() }
         var filter: [String: DBusValue] = [
             "Transport": .string("le"),
             "DuplicateData": .bool(false),
@@ -88,11 +92,11 @@ extension BlueZClient {
             guard let self else { return }
             if let failure = Self.failure(result) { reply(failure); return }
             guard gen == self.generation else { reply(.adapterUnavailable); return }
-            if self.discoveryActive { reply(nil); return }
+            if self.discoveryAdapter == adapterPath { reply(nil); return }
             self.call(adapterPath, Iface.adapter, "StartDiscovery") { [weak self] result in
                 guard let self else { return }
                 let failure = Self.failure(result)
-                if failure == nil && gen == self.generation { self.discoveryActive = true }
+                if failure == nil && gen == self.generation { self.discoveryAdapter = adapterPath }
                 reply(failure)
             }
         }
@@ -100,9 +104,8 @@ extension BlueZClient {
 
     public func stopDiscovery() {
         scanRSSI = [:]
-        guard discoveryActive else { return }
-        discoveryActive = false
-        guard let adapterPath else { return }
+        guard let adapterPath = discoveryAdapter else { return }
+        discoveryAdapter = nil
         call(adapterPath, Iface.adapter, "StopDiscovery") { [weak self] result in
             if case .failure(let e) = result { self?.note("StopDiscovery: \(e)") }
         }
@@ -192,8 +195,7 @@ extension BlueZClient {
 
     /// A configured characteristic appeared under a device whose link is set up: subscribe.
     func lateSubscribe(_ path: String, _ props: Props) {
-        guard let devPath = Self.devicePathPrefix(of: path), Self.parent(of: devPath) == adapterPath,
-              let address = address(ofDevicePath: devPath), liveLinks.contains(address),
+        guard let devPath = Self.devicePathPrefix(of: path), let address = ours(devPath), liveLinks.contains(address),
               let raw = props["UUID"]?.string, let uuid = ServiceUUID.normalize(raw),
               notifyUUIDs[address]?.contains(uuid) == true else { return }
         stats.lateSubscriptions += 1
@@ -321,7 +323,7 @@ extension BlueZClient {
     /// The device's object path for a request, or nil after answering `reply` with why not.
     func targetPath(_ address: DeviceAddress, _ reply: @escaping (BlueZFailure?) -> Void) -> String? {
         if let path = devicePath(address) { return path }
-        guard owner != nil, let adapterPath, cache[adapterPath] != nil else {
+        guard owner != nil, let adapterPath = adapterPath(for: address), cache[adapterPath] != nil else {
             loop.enqueue { reply(.adapterUnavailable) }
             return nil
         }
@@ -351,10 +353,12 @@ extension BlueZClient {
 
     /// `.autoConnectArmed` when the set of devices it covers changed since it was last sent.
     func reportArmed() {
-        let registered = Set(registeredUUIDs ?? [])
         var armed = Set<DeviceAddress>()
-        if !registered.isEmpty {
-            for d in devices where d.isBonded && d.uuids.contains(where: { ServiceUUID.normalize($0).map(registered.contains) ?? false }) {
+        for slot in presence.slots {
+            guard let path = slot.adapter.path, let held = slot.adapter.application.heldUUIDs, !held.isEmpty else { continue }
+            let registered = Set(held)
+            for d in cache.devices(under: path) where adapterPath(for: d.address) == path && d.isBonded
+                && d.uuids.contains(where: { ServiceUUID.normalize($0).map(registered.contains) ?? false }) {
                 armed.insert(d.address)
             }
         }

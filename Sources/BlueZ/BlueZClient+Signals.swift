@@ -34,7 +34,7 @@ extension BlueZClient {
             return
         }
         guard ready, let address = address(ofDevicePath: path) ?? deviceAddressForChild(path) else { return }
-        let isOurDevice = Self.parent(of: path) == adapterPath
+        let isOurDevice = ours(path) != nil
         if isOurDevice, added[Iface.device] != nil, var info = deviceInfo(path) {
             if !wasDevice {
                 pendingRemovals.removeAll { $0 == address }
@@ -60,7 +60,7 @@ extension BlueZClient {
         }
         stats.signalsHandled += 1
         guard cache[path] != nil else { return }
-        let address = Self.parent(of: path) == adapterPath ? self.address(ofDevicePath: path) : nil
+        let address = ours(path)
         // A removed device takes its children (GATT objects) with it.
         cache.remove(path, names)
         if names.contains(Iface.device) {
@@ -72,10 +72,11 @@ extension BlueZClient {
             }
         }
         if names.contains(Iface.adapter) {
-            if path == adapterPath {
+            if presence.slot(holding: path) != nil {
+                let gone = Set(cache.devices(under: path).map(\.address))
                 cache.removeChildren(of: path)
-                liveLinks = []
-                provenLinks = []
+                liveLinks.subtract(gone)
+                provenLinks.subtract(gone)
             }
             evaluate()
         }
@@ -89,7 +90,9 @@ extension BlueZClient {
             let due = self.pendingRemovals
             self.pendingRemovals = []
             guard self.ready else { return }
-            for a in due where self.ready { self.emit(.deviceRemoved(a)) }
+            for a in due where self.adapterPath(for: a).map(self.presence.readyPaths.contains) == true {
+                self.emit(.deviceRemoved(a))
+            }
         }
     }
 
@@ -108,7 +111,7 @@ extension BlueZClient {
         case Iface.device: deviceChanged(path, changed, invalidated)
         case Iface.adapter:
             apply(path, iface, changed, invalidated)
-            if path == adapterPath || adapterPath == nil { evaluate() }
+            evaluate()
         case Iface.characteristic:
             let wasNotifying = cache[path]?[Iface.characteristic]?["Notifying"]?.bool
             apply(path, iface, changed, invalidated)
@@ -116,8 +119,7 @@ extension BlueZClient {
             if changed["Notifying"]?.bool == false, wasNotifying == true { notifyingEnded(path) }
         case Iface.battery:
             apply(path, iface, changed, invalidated)
-            if ready, Self.parent(of: path) == adapterPath, let pct = changed["Percentage"]?.uint8,
-               let address = address(ofDevicePath: path) {
+            if ready, let pct = changed["Percentage"]?.uint8, let address = ours(path) {
                 emit(.battery(address, pct))
             }
         default:
@@ -144,7 +146,7 @@ extension BlueZClient {
     }
 
     func deviceChanged(_ path: String, _ changed: Props, _ invalidated: [String]) {
-        let isOurs = Self.parent(of: path) == adapterPath
+        let isOurs = ours(path) != nil
         let before = isOurs ? deviceInfo(path) : nil
         apply(path, Iface.device, changed, invalidated)
         guard isOurs, ready, let before, let after = deviceInfo(path) else { return }
@@ -171,7 +173,7 @@ extension BlueZClient {
                 liveLinks.remove(a); provenLinks.remove(a)
                 emit(.linkDown(a, DisconnectClassifier.Evidence(
                     reason: disconnectReasons.removeValue(forKey: a), stillBonded: after.isBonded,
-                    deviceExists: true, adapterUp: adapter?.powered ?? false)))
+                    deviceExists: true, adapterUp: adapterInfo(Self.parent(of: path))?.powered ?? false)))
             }
         }
         if changed["ServicesResolved"] != nil, before.servicesResolved != after.servicesResolved {
@@ -200,8 +202,7 @@ extension BlueZClient {
     }
 
     func characteristicValue(_ path: String, _ value: DBusValue) {
-        guard ready, let devPath = Self.devicePathPrefix(of: path), Self.parent(of: devPath) == adapterPath,
-              let address = address(ofDevicePath: devPath), let wanted = notifyUUIDs[address],
+        guard ready, let devPath = Self.devicePathPrefix(of: path), let address = ours(devPath), let wanted = notifyUUIDs[address],
               let raw = cache[path]?[Iface.characteristic]?["UUID"]?.string,
               let uuid = ServiceUUID.normalize(raw), wanted.contains(uuid) else { return }
         guard let bytes = value.bytes else {
@@ -218,8 +219,8 @@ extension BlueZClient {
     /// `Notifying` turned false on a characteristic `setUpLink` subscribed, while its device's link
     /// is up and set up (a link going down ends its subscriptions too: `liveLinks` says which).
     func notifyingEnded(_ path: String) {
-        guard ready, !resubscribing.contains(path), let devPath = Self.devicePathPrefix(of: path), Self.parent(of: devPath) == adapterPath,
-              let address = address(ofDevicePath: devPath), liveLinks.contains(address),
+        guard ready, !resubscribing.contains(path), let devPath = Self.devicePathPrefix(of: path),
+              let address = ours(devPath), liveLinks.contains(address),
               cache[devPath]?[Iface.device]?["Connected"]?.bool == true || cache[devPath]?[Iface.device]?["ServicesResolved"]?.bool == true,
               let wanted = notifyUUIDs[address],
               let raw = cache[path]?[Iface.characteristic]?["UUID"]?.string,
@@ -248,7 +249,7 @@ extension BlueZClient {
             return
         }
         stats.signalsHandled += 1
-        guard ready, Self.parent(of: path) == adapterPath, let address = address(ofDevicePath: path) else { return }
+        guard ready, let address = ours(path) else { return }
         // Kept for the `linkDown` that follows (BlueZ sends this just before Connected=false).
         note("\(address): Disconnected \(reason) (\(text))")
         disconnectReasons[address] = DisconnectClassifier.Reason(name: reason)

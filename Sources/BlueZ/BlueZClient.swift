@@ -54,7 +54,15 @@ public final class BlueZClient {
     public static let profilePath = "/org/paird/app/profile0"
 
     public let connection: DBusConnection
+    /// The configured adapter selectors as given (`[General] Adapter`: "" for the first adapter,
+    /// or names, paths and addresses separated by spaces or commas).
     public let selector: String
+    /// One per adapter paird uses at once (`[""]` for the first adapter); the first is the
+    /// default one (a pairing without `--adapter`, a device whose adapter is not known).
+    public let selectors: [String]
+    /// The address of the adapter a device belongs to (its bond's, or its pairing's); nil or
+    /// unset: the default adapter. The client acts on a device, and hears it, only there.
+    public var adapterOfDevice: ((DeviceAddress) -> DeviceAddress?)?
     public var onEvent: ((BlueZEvent) -> Void)?
     /// bluetoothd (`org.bluez`) left the bus (false: called before the `adapterGone` that follows)
     /// or has an owner (true: the first one seen since `start()`, or a new one after leaving).
@@ -104,19 +112,27 @@ public final class BlueZClient {
     var subscriptions: [SignalSubscription] = []
     var exported = false
 
-    /// The adapter in use (`Presence.adapter`).
-    var adapterPath: String? { presence.adapter.path }
-    /// The address of the adapter paird uses, once seen (or remembered from the state file) when
+    /// The default adapter: the first ready one in the selectors' order, else the first chosen.
+    var adapterPath: String? { presence.readyPaths.first ?? presence.slots.lazy.compactMap(\.adapter.path).first }
+    /// The address of each selector's adapter, once seen (or remembered from the state file) when
     /// the selector is a name or empty: from then on the adapter is the one with this address,
     /// whatever its index (a dongle plugged back in as hci1 is still ours), and never another
     /// one that took its name (its bonds are not there). An address or path selector is used as is.
-    public var knownAddress: DeviceAddress?
+    public var knownAddresses: [DeviceAddress?]
+    /// The first selector's (the only one's, usually).
+    public var knownAddress: DeviceAddress? {
+        get { knownAddresses[0] }
+        set { knownAddresses[0] = newValue }
+    }
     /// Whether the selector is a name or empty (bound to `knownAddress` once seen).
-    public var bindsByAddress: Bool { DeviceAddress(selector) == nil && !selector.hasPrefix("/") }
-    /// The last adapter seen under the selector's name while paird waits for `knownAddress`
-    /// (said once per such adapter).
-    var namedOtherSaid: String?
-    /// Between `.adapterReady` and `.adapterGone`.
+    public var bindsByAddress: Bool { Self.bindsByAddress(selectors[0]) }
+    public static func bindsByAddress(_ selector: String) -> Bool { DeviceAddress(selector) == nil && !selector.hasPrefix("/") }
+    /// The last adapter seen under a selector's name while paird waits for its known address
+    /// (said once per such adapter), per selector.
+    var namedOtherSaid: [String?]
+    /// The address of each selector's adapter while it is ready (for its `adapterGone`).
+    var readyAddresses: [DeviceAddress?]
+    /// Between `.adapterReady` and `.adapterGone` of some adapter.
     var ready: Bool { presence.isReady }
     /// BlueZ's agent calls waiting for the machine's answer, by request id.
     var agentCalls: [UInt64: MethodContext] = [:]
@@ -124,14 +140,19 @@ public final class BlueZClient {
     /// The UUIDs the profile object shows; what BlueZ read at the last registration.
     var exportedUUIDs: [String] = []
     /// UUIDs BlueZ holds for our application, nil when not registered.
-    var registeredUUIDs: [String]? { presence.adapter.application.heldUUIDs }
+    var registeredUUIDs: [String]? {
+        let held = presence.slots.compactMap(\.adapter.application.heldUUIDs)
+        return held.isEmpty ? nil : Presence.union(held)
+    }
     /// The devices `.autoConnectArmed` last named (none before the first).
     var armedReported: Set<DeviceAddress> = []
     /// The registration retry (`Presence.Action.retryLater`) and the listing's (`listLater`).
     var retryTimer: TimerHandle?
     var listTimer: TimerHandle?
 
-    var discoveryActive = false
+    /// The adapter our discovery runs on (nil: none runs).
+    var discoveryAdapter: String?
+    var discoveryActive: Bool { discoveryAdapter != nil }
     /// The RSSI of each device heard advertising since our discovery last started: BlueZ sends
     /// `RSSI` (InterfacesAdded of a new object, or PropertiesChanged of a known one) for what it
     /// hears while discovering, and invalidates it when the discovery ends (5.66
@@ -177,14 +198,65 @@ public final class BlueZClient {
     public init(connection: DBusConnection, adapter selector: String, removalGrace: Duration = BlueZClient.defaultRemovalGrace) {
         self.connection = connection
         self.selector = selector
+        self.selectors = Self.selectors(selector)
         self.removalGrace = removalGrace
+        presence = Presence(slots: selectors.count)
+        knownAddresses = Array(repeating: nil, count: selectors.count)
+        namedOtherSaid = Array(repeating: nil, count: selectors.count)
+        readyAddresses = Array(repeating: nil, count: selectors.count)
+    }
+
+    /// `[General] Adapter`'s value as selectors: split at spaces and commas, each once; [""] when empty.
+    public static func selectors(_ value: String) -> [String] {
+        var seen = Set<String>()
+        let parts = value.split(whereSeparator: { $0 == " " || $0 == "," || $0 == "\t" }).map(String.init).filter { seen.insert($0).inserted }
+        return parts.isEmpty ? [""] : parts
     }
 
     var loop: EventLoop { connection.loop }
 
     // MARK: - Public view of the cache
 
+    /// The default adapter (the first ready one in the selectors' order).
     public var adapter: AdapterInfo? { adapterPath.flatMap(adapterInfo) }
+
+    /// Each selector's adapter as the cache shows it now (nil: none chosen or not there), and
+    /// whether it is ready.
+    public var adaptersInUse: [(selector: String, info: AdapterInfo?, ready: Bool, known: DeviceAddress?)] {
+        selectors.indices.map { k in
+            let s = presence.slots[k]
+            return (selectors[k], s.adapter.path.flatMap(adapterInfo), s.verdict == .ready, knownAddresses[k] ?? readyAddresses[k])
+        }
+    }
+
+    /// The ready adapter a `pairctl pair --adapter` names (a name, a path or an address); nil:
+    /// none of the adapters in use is ready under it. "" names the default adapter.
+    public func readyAdapter(named name: String) -> AdapterInfo? {
+        let paths = presence.readyPaths
+        let path: String?
+        if name.isEmpty { path = paths.first }
+        else if let a = DeviceAddress(name) { path = paths.first { addressOf(adapter: $0) == a } }
+        else if name.hasPrefix("/") { path = paths.first { $0 == name } }
+        else { path = paths.first { $0 == "/org/bluez/" + name } }
+        return path.flatMap(adapterInfo)
+    }
+
+    /// The path of the adapter a device belongs to, if chosen now.
+    func adapterPath(for address: DeviceAddress) -> String? {
+        guard let want = adapterOfDevice?(address) else { return adapterPath }
+        return presence.slots.lazy.compactMap(\.adapter.path).first { self.addressOf(adapter: $0) == want }
+    }
+
+    /// The device whose object is at `devPath`, if the object is under the adapter the device
+    /// belongs to and that adapter is ready.
+    func ours(_ devPath: String) -> DeviceAddress? {
+        let parent = Self.parent(of: devPath)
+        guard presence.readyPaths.contains(parent), let a = address(ofDevicePath: devPath), adapterPath(for: a) == parent else { return nil }
+        return a
+    }
+
+    /// The adapter a device belongs to, as the cache shows it.
+    func adapterInfo(for address: DeviceAddress) -> AdapterInfo? { adapterPath(for: address).flatMap(adapterInfo) }
 
     /// The adapter at this path as the cache shows it.
     func adapterInfo(_ path: String) -> AdapterInfo? {
@@ -205,10 +277,11 @@ public final class BlueZClient {
         return deviceInfo(path)
     }
 
-    /// Every device under the selected adapter.
+    /// Every device under the adapters in use, each only under the adapter it belongs to.
     public var devices: [DeviceInfo] {
-        guard let adapterPath else { return [] }
-        return cache.devices(under: adapterPath)
+        presence.slots.compactMap(\.adapter.path).flatMap { path in
+            cache.devices(under: path).filter { adapterPath(for: $0.address) == path }
+        }
     }
 
     /// Objects in the cache (all of bluetoothd's, every adapter): for leak and storm checks.
@@ -224,6 +297,14 @@ public final class BlueZClient {
     public func views(for addresses: [DeviceAddress]) -> [DeviceAddress: BlueZDeviceView] {
         var result: [DeviceAddress: BlueZDeviceView] = [:]
         for a in addresses { result[a] = device(a)?.view ?? .absent }
+        return result
+    }
+
+    /// What this adapter's objects say of each address (another adapter's object for the same
+    /// address is not looked at: its bond is not this adapter's).
+    public func views(for addresses: [DeviceAddress], on adapter: AdapterInfo) -> [DeviceAddress: BlueZDeviceView] {
+        var result: [DeviceAddress: BlueZDeviceView] = [:]
+        for a in addresses { result[a] = cache.devicePath(a, under: adapter.path).flatMap(deviceInfo)?.view ?? .absent }
         return result
     }
 
@@ -277,11 +358,11 @@ public final class BlueZClient {
                 completion?()
             }
         }
-        if owner != nil, discoveryActive, let adapterPath {
+        if owner != nil, let path = discoveryAdapter {
             outstanding += 1
-            call(adapterPath, Iface.adapter, "StopDiscovery") { _ in finish() }
+            call(path, Iface.adapter, "StopDiscovery") { _ in finish() }
         }
-        discoveryActive = false
+        discoveryAdapter = nil
         generation += 1
         for action in presence.handle(.stop) {
             switch action {
@@ -302,9 +383,9 @@ public final class BlueZClient {
 
     func deviceInfo(_ path: String) -> DeviceInfo? { cache.deviceInfo(path) }
 
-    /// The path of the device with this address under the selected adapter.
+    /// The path of the device with this address under the adapter it belongs to.
     func devicePath(_ address: DeviceAddress) -> String? {
-        adapterPath.flatMap { cache.devicePath(address, under: $0) }
+        adapterPath(for: address).flatMap { cache.devicePath(address, under: $0) }
     }
 
     func address(ofDevicePath path: String) -> DeviceAddress? { cache.address(ofDevicePath: path) }

@@ -4,9 +4,12 @@ import PairingCore
 public enum BlueZEvent: Sendable, Hashable {
     /// The selected adapter exists, is powered, and the agent and GATT profile registrations
     /// have been attempted (see `BlueZClient.Stats` for whether they succeeded).
-    case adapterReady(AdapterInfo)
-    /// "removed", "powered-off" or "bluetoothd-gone". Emitted once per ready period.
-    case adapterGone(reason: String)
+    /// `selector`: the configured selector that chose it ("" for the first adapter).
+    case adapterReady(AdapterInfo, selector: String = "")
+    /// "removed", "powered-off" or "bluetoothd-gone". Emitted once per ready period, per adapter.
+    /// `address`: the adapter's, when known (nil: no adapter was found for the selector). Other
+    /// adapters may still be ready (`BlueZClient.isReady`).
+    case adapterGone(reason: String, address: DeviceAddress? = nil)
     /// The devices BlueZ's auto-connect is armed for: bonded devices under the adapter whose
     /// services (`Device1.UUIDs`; 5.66 matches a profile against those) meet the UUIDs BlueZ holds
     /// in our GattProfile1 registration (bluez-notes §4). Empty when it holds none (unregistered,

@@ -5,8 +5,13 @@ import PairingCore
 /// state to forget). No D-Bus here: the client turns bus traffic into `Input`s and `Action`s into
 /// bus traffic, and `PresenceTests` drives it without a bus.
 ///
-/// The client still chooses the adapter (the choice reads the object cache and the configured
-/// selector) and hands the machine the result with each view of the adapters (`AdapterView`).
+/// The client still chooses the adapters (the choice reads the object cache and the configured
+/// selectors) and hands the machine the result with each view of the adapters (`AdapterView`).
+///
+/// Several adapters (`[General] Adapter = hci0 hci1`): one `Slot` per configured selector, each
+/// with its own adapter, application registration and verdict; bluetoothd, the agent (one per
+/// bluetoothd) and the registration retry are shared. A slot never takes an adapter an earlier
+/// slot holds.
 public struct Presence: Sendable, Equatable {
     /// bluetoothd (`org.bluez`) on the system bus.
     public enum Bluetoothd: Sendable, Equatable {
@@ -114,20 +119,35 @@ public struct Presence: Sendable, Equatable {
         case unusable
     }
 
-    /// The adapters in BlueZ's object cache, and the one the client's selection picks now.
+    /// One configured selector's adapter and what was said about it.
+    public struct Slot: Sendable, Equatable {
+        public var adapter = Adapter.none
+        public var verdict = Verdict.none
+        public init() {}
+    }
+
+    /// The adapters in BlueZ's object cache, and the ones the client's selection picks now.
     public struct AdapterView: Sendable, Equatable {
         /// Every adapter BlueZ shows, by path.
         public var adapters: [String: AdapterInfo]
-        /// The adapter the configured selector picks now (nil: none fits).
-        public var best: String?
+        /// The adapter each configured selector picks now, in the selectors' order (nil: none fits).
+        public var picks: [String?]
         /// Whether the machine may move to `best` from an adapter it chose earlier (no adapter
         /// configured and none bound by address: the first one seen may not sort first).
         public var mayReselect: Bool
 
-        public init(adapters: [String: AdapterInfo], best: String?, mayReselect: Bool) {
+        /// The first selector's pick.
+        public var best: String? { picks.first ?? nil }
+
+        public init(adapters: [String: AdapterInfo], picks: [String?], mayReselect: Bool) {
             self.adapters = adapters
-            self.best = best
+            self.picks = picks
             self.mayReselect = mayReselect
+        }
+
+        /// One selector.
+        public init(adapters: [String: AdapterInfo], best: String?, mayReselect: Bool) {
+            self.init(adapters: adapters, picks: [best], mayReselect: mayReselect)
         }
     }
 
@@ -184,15 +204,16 @@ public struct Presence: Sendable, Equatable {
         case retryLater(attempt: Int)
         /// The UUIDs BlueZ holds in the application changed (empty: none).
         case armed([String])
-        case adapterReady(AdapterInfo)
-        /// `wasReady`: it ends a ready period (not the first verdict).
-        case adapterGone(reason: String, wasReady: Bool)
+        /// `slot`: the selector's index (0 with one selector).
+        case adapterReady(AdapterInfo, slot: Int = 0)
+        /// `wasReady`: it ends a ready period (not the first verdict). `slot`: the selector's index.
+        case adapterGone(reason: String, wasReady: Bool, slot: Int = 0)
     }
 
     public private(set) var bluetoothd = Bluetoothd.unknown
     public private(set) var agent = Agent.unregistered
-    public private(set) var adapter = Adapter.none
-    public private(set) var verdict = Verdict.none
+    /// One per configured selector (at least one).
+    public private(set) var slots: [Slot]
     /// What `announcePresence` last said (nil: nothing yet).
     public private(set) var presenceAnnounced: Bool?
     public private(set) var wanted: [String] = []
@@ -202,11 +223,20 @@ public struct Presence: Sendable, Equatable {
     /// The adapters as last shown (inputs that change only registrations bring no view).
     private var lastView = AdapterView(adapters: [:], best: nil, mayReselect: false)
 
-    public init(wanting wanted: [String] = []) {
+    public init(wanting wanted: [String] = [], slots: Int = 1) {
         self.wanted = wanted
+        self.slots = Array(repeating: Slot(), count: max(1, slots))
     }
 
-    public var isReady: Bool { verdict == .ready }
+    /// The first selector's adapter and verdict (the only ones with one selector).
+    public var adapter: Adapter { slots[0].adapter }
+    public var verdict: Verdict { slots[0].verdict }
+    /// Some adapter is ready.
+    public var isReady: Bool { slots.contains { $0.verdict == .ready } }
+    /// The paths of the ready adapters, in the selectors' order.
+    public var readyPaths: [String] { slots.compactMap { $0.verdict == .ready ? $0.adapter.path : nil } }
+    /// The slot holding the adapter at this path.
+    public func slot(holding path: String) -> Int? { slots.firstIndex { $0.adapter.path == path } }
     public var listedOwner: String? {
         if case .listed(let o) = bluetoothd { return o }
         return nil
@@ -214,7 +244,7 @@ public struct Presence: Sendable, Equatable {
 
     public mutating func handle(_ input: Input) -> [Action] {
         var out: [Action] = []
-        let armedBefore = adapter.application.heldUUIDs
+        let armedBefore = slots.map { $0.adapter.application.heldUUIDs }
         switch input {
         case .ownerAbsent:
             guard bluetoothd == .unknown else { break }
@@ -257,38 +287,48 @@ public struct Presence: Sendable, Equatable {
         case .agentReleased:
             if agent == .held { agent = .released }
         case .applicationRegistered(let path, let uuids):
-            guard adapter.path == path, case .registering = adapter.application else { break }
-            adapter = adapter.with(.held(uuids))
+            guard let k = slot(holding: path), case .registering = slots[k].adapter.application else { break }
+            slots[k].adapter = slots[k].adapter.with(.held(uuids))
             retries = 0
             settle(nil, &out)
         case .applicationRefused(let path):
-            guard adapter.path == path, case .registering = adapter.application else { break }
-            adapter = adapter.with(.refused)
+            guard let k = slot(holding: path), case .registering = slots[k].adapter.application else { break }
+            slots[k].adapter = slots[k].adapter.with(.refused)
             retry(&out)
             settle(nil, &out)
         case .applicationUnregistered(let path):
-            guard adapter.path == path, case .unregistering = adapter.application else { break }
-            adapter = adapter.with(.unregistered)
+            guard let k = slot(holding: path), case .unregistering = slots[k].adapter.application else { break }
+            slots[k].adapter = slots[k].adapter.with(.unregistered)
             settle(nil, &out)
         case .retryDue(let view):
             guard retryPending else { break }
             retryPending = false
             if agent == .refused || agent == .released { agent = .unregistered }
-            if adapter.application == .refused { adapter = adapter.with(.unregistered) }
+            for k in slots.indices where slots[k].adapter.application == .refused {
+                slots[k].adapter = slots[k].adapter.with(.unregistered)
+            }
             settle(view, &out)
         case .stop:
             if bluetoothd.owner != nil {
                 if agent == .held { out.append(.unregisterAgent) }
-                if let path = adapter.path, case .held = adapter.application {
-                    out.append(.unregisterApplication(adapter: path))
+                for s in slots {
+                    if let path = s.adapter.path, case .held = s.adapter.application {
+                        out.append(.unregisterApplication(adapter: path))
+                    }
                 }
             }
             // Back to the start (a later `start()` looks for bluetoothd again), wanting the same.
-            self = Presence(wanting: wanted)
+            self = Presence(wanting: wanted, slots: slots.count)
         }
-        let armedAfter = adapter.application.heldUUIDs
-        if armedAfter != armedBefore { out.append(.armed(armedAfter ?? [])) }
+        let armedAfter = slots.map { $0.adapter.application.heldUUIDs }
+        if armedAfter != armedBefore { out.append(.armed(Self.union(armedAfter))) }
         return out
+    }
+
+    /// The UUIDs held on any adapter, in first-seen order.
+    static func union(_ held: [[String]?]) -> [String] {
+        var seen = Set<String>()
+        return held.compactMap { $0 }.flatMap { $0 }.filter { seen.insert($0).inserted }
     }
 
     /// bluetoothd left the bus: everything it held for us went with it.
@@ -301,11 +341,13 @@ public struct Presence: Sendable, Equatable {
         agent = .unregistered
         retries = 0 // a new bluetoothd gets the short delay again
         retryPending = false
-        let path = adapter.path
-        adapter = adapter.with(.unregistered)
-        judge(nil, &out)
-        if let path { out.append(.releaseAdapter(path)) }
-        adapter = .none
+        for k in slots.indices {
+            let path = slots[k].adapter.path
+            slots[k].adapter = slots[k].adapter.with(.unregistered)
+            judge(k, nil, &out)
+            if let path { out.append(.releaseAdapter(path)) }
+            slots[k].adapter = .none
+        }
     }
 
     private mutating func retry(_ out: inout [Action]) {
@@ -315,54 +357,60 @@ public struct Presence: Sendable, Equatable {
         out.append(.retryLater(attempt: retries))
     }
 
-    /// Re-checks the adapter (gone, better one, first one), drives the registrations, and gives
-    /// the verdict. `view` nil: the last one given (only registrations changed).
+    /// Re-checks each slot's adapter (gone, better one, first one), drives the registrations, and
+    /// gives the verdicts. `view` nil: the last one given (only registrations changed).
     private mutating func settle(_ view: AdapterView?, _ out: inout [Action]) {
         if let view { lastView = view }
         let view = lastView
         if listedOwner != nil {
-            if let path = adapter.path, view.adapters[path] == nil {
-                // Our adapter vanished: its application registration went with it.
-                adapter = .none
-                out.append(.releaseAdapter(path))
-            }
-            if view.mayReselect, verdict != .ready, !adapter.application.busy, let current = adapter.path,
-               let best = view.best, best != current {
-                if case .held = adapter.application { out.append(.unregisterApplication(adapter: current)) }
-                out.append(.releaseAdapter(current))
-                adapter = .preparing(path: best, .unregistered)
-            }
-            if adapter.path == nil, let best = view.best { adapter = .preparing(path: best, .unregistered) }
-            if adapter.path != nil {
-                if agent == .unregistered {
-                    agent = .registering
-                    out.append(.registerAgent)
+            for k in slots.indices {
+                let pick = view.picks.indices.contains(k) ? view.picks[k] : nil
+                // A slot never takes an adapter another slot holds (two selectors naming one adapter).
+                let taken = Set(slots.indices.filter { $0 != k }.compactMap { slots[$0].adapter.path })
+                let best = pick.flatMap { taken.contains($0) ? nil : $0 }
+                if let path = slots[k].adapter.path, view.adapters[path] == nil {
+                    // Its adapter vanished: its application registration went with it.
+                    slots[k].adapter = .none
+                    out.append(.releaseAdapter(path))
                 }
-                reconcileApplication(&out)
+                if k == 0, slots.count == 1, view.mayReselect, slots[k].verdict != .ready, !slots[k].adapter.application.busy,
+                   let current = slots[k].adapter.path, let best, best != current {
+                    if case .held = slots[k].adapter.application { out.append(.unregisterApplication(adapter: current)) }
+                    out.append(.releaseAdapter(current))
+                    slots[k].adapter = .preparing(path: best, .unregistered)
+                }
+                if slots[k].adapter.path == nil, let best { slots[k].adapter = .preparing(path: best, .unregistered) }
             }
+            if slots.contains(where: { $0.adapter.path != nil }), agent == .unregistered {
+                agent = .registering
+                out.append(.registerAgent)
+            }
+            for k in slots.indices where slots[k].adapter.path != nil { reconcileApplication(k, &out) }
         }
-        judge(listedOwner != nil ? view : nil, &out)
+        for k in slots.indices { judge(k, listedOwner != nil ? view : nil, &out) }
     }
 
-    /// Brings BlueZ's registration of the application in line with `wanted`, one call at a time.
-    private mutating func reconcileApplication(_ out: inout [Action]) {
+    /// Brings BlueZ's registration of the application on slot `k`'s adapter in line with
+    /// `wanted`, one call at a time.
+    private mutating func reconcileApplication(_ k: Int, _ out: inout [Action]) {
+        let adapter = slots[k].adapter
         guard let path = adapter.path else { return }
         switch adapter.application {
         case .registering, .unregistering, .refused:
             break // an answer, or the retry, comes first
         case .held(let uuids) where uuids != wanted:
-            adapter = adapter.with(.unregistering(uuids))
+            slots[k].adapter = adapter.with(.unregistering(uuids))
             out.append(.unregisterApplication(adapter: path))
         case .held:
             break
         case .unregistered:
             // An application with no UUIDs would be refused ("No valid service object found").
             guard !wanted.isEmpty else { break }
-            adapter = adapter.with(.registering(wanted))
+            slots[k].adapter = adapter.with(.registering(wanted))
             out.append(.registerApplication(adapter: path, uuids: wanted))
         }
-        if case .preparing(let p, let app) = adapter, agent.settled, Self.concluded(app, wanted: wanted) {
-            adapter = .serving(path: p, app)
+        if case .preparing(let p, let app) = slots[k].adapter, agent.settled, Self.concluded(app, wanted: wanted) {
+            slots[k].adapter = .serving(path: p, app)
         }
     }
 
@@ -376,28 +424,29 @@ public struct Presence: Sendable, Equatable {
         }
     }
 
-    /// The verdict: `adapterReady` once the adapter serves and is powered, `adapterGone` when a
-    /// ready period ends, or once at the first settled view without a usable adapter.
+    /// Slot `k`'s verdict: `adapterReady` once its adapter serves and is powered, `adapterGone`
+    /// when a ready period ends, or once at the first settled view without a usable adapter.
     /// `view` nil: bluetoothd's objects are not in the cache.
-    private mutating func judge(_ view: AdapterView?, _ out: inout [Action]) {
+    private mutating func judge(_ k: Int, _ view: AdapterView?, _ out: inout [Action]) {
+        let adapter = slots[k].adapter
         let info = adapter.path.flatMap { view?.adapters[$0] }
         var up = false
         if case .serving = adapter, info?.powered == true { up = true }
-        if up, verdict != .ready, let info {
-            verdict = .ready
-            out.append(.adapterReady(info))
+        if up, slots[k].verdict != .ready, let info {
+            slots[k].verdict = .ready
+            out.append(.adapterReady(info, slot: k))
             return
         }
         guard !up else { return }
         let reason = view == nil ? AdapterGoneReason.bluetoothdGone : info == nil ? AdapterGoneReason.removed : AdapterGoneReason.poweredOff
-        if verdict == .ready {
-            verdict = .unusable
-            out.append(.adapterGone(reason: reason, wasReady: true))
-        } else if verdict == .none, view != nil ? info?.powered != true : bluetoothd == .absent {
+        if slots[k].verdict == .ready {
+            slots[k].verdict = .unusable
+            out.append(.adapterGone(reason: reason, wasReady: true, slot: k))
+        } else if slots[k].verdict == .none, view != nil ? info?.powered != true : bluetoothd == .absent {
             // First settled view and no usable adapter (none, wrong selector, powered off, or no
             // bluetoothd at all): say so once, so the daemon can finish starting (READY=1).
-            verdict = .unusable
-            out.append(.adapterGone(reason: reason, wasReady: false))
+            slots[k].verdict = .unusable
+            out.append(.adapterGone(reason: reason, wasReady: false, slot: k))
         }
     }
 }

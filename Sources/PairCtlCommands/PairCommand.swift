@@ -52,6 +52,9 @@ struct Pair: ParsableCommand {
     @Flag(help: "Accept a numeric comparison without a prompt (when you see the same number on the wearable).")
     var confirm = false
 
+    @Option(help: ArgumentHelp("Pair on this adapter (a name like hci1, or its address): one of those [General] Adapter in paird.conf lists. Default: the first of them. The bond stays on it: the wearable is only ever connected through it.", valueName: "adapter"))
+    var adapter: String?
+
     @Flag(help: "One JSON object per line for each step and the result, instead of text (prompts still need --passkey/--confirm).")
     var json = false
 
@@ -61,6 +64,13 @@ struct Pair: ParsableCommand {
         if let t = timeout, !(1...600).contains(t) { throw ValidationError("--timeout must be 1-600 seconds") }
         if let p = passkey, Self.parsePasskey(p) == nil { throw ValidationError("--passkey must be 6 digits (000000-999999)") }
         if let n = name, trimmed(n).isEmpty { throw ValidationError("--name needs some text to match (it would match every device)") }
+        if let a = adapter, !Self.isAdapter(a) { throw ValidationError("--adapter \"\(a)\" is not an adapter name like hci0 or an address") }
+    }
+
+    static func isAdapter(_ s: String) -> Bool {
+        if DeviceAddress(s) != nil { return true }
+        guard s.hasPrefix("hci"), s.count > 3 else { return false }
+        return s.dropFirst(3).allSatisfy { ("0"..."9").contains($0) }
     }
 
     var hasFilter: Bool { address != nil || !services.isEmpty || name != nil }
@@ -117,6 +127,7 @@ struct Pair: ParsableCommand {
         if !services.isEmpty { options["Services"] = .stringArray(services.compactMap(ServiceUUID.normalize)) }
         if let n = name { options["Name"] = .string(n) }
         if let t = timeout { options["Timeout"] = .uint32(t) }
+        if let a = adapter { options["Adapter"] = .string(DeviceAddress(a) != nil ? a.uppercased() : a) }
         if let p = passkey.flatMap(Self.parsePasskey) { options["Passkey"] = .uint32(p) }
         if confirm { options["Confirm"] = .bool(true) }
         options["Interactive"] = .bool(interactive)

@@ -110,9 +110,17 @@ enum StatusText {
         if let why = s.daemon.stateFileError {
             lines += fit("", ["state file: NOT WRITABLE (\(why)): changes since then are lost when paird restarts"])
         }
-        if let a = s.adapter {
-            let name = [a.name, a.address.map { "(\($0))" }].compactMap { $0 }.joined(separator: " ")
-            lines += fit("adapter: ", [name.isEmpty ? "none" : name,
+        if let list = s.adapters {
+            // Several adapters configured: one line each; the first is the default for `pairctl pair`.
+            for (k, a) in list.enumerated() {
+                let held = s.devices.filter { d in d.bondAdapter.map { b in a.address.map { $0.uppercased() == b.uppercased() } ?? false } ?? false }.count
+                lines += fit("adapter: ", [adapterName(a),
+                                           a.present ? (a.powered ? (a.ready == false ? "powered, not ready yet" : "powered") : "powered off (bluetoothctl power on)")
+                                                     : "not present (unplugged? its wearables wait for it)",
+                                           "\(held) wearable(s) bonded on it"] + (k == 0 ? ["default for pairctl pair"] : []))
+            }
+        } else if let a = s.adapter {
+            lines += fit("adapter: ", [adapterName(a),
                                        a.present ? (a.powered ? "powered" : "powered off (bluetoothctl power on)") : "not present (is bluetoothd running? systemctl status bluetooth)"])
         }
         if let b = s.bluetoothd, b.state != "running" || b.lastCrash != nil {
@@ -125,14 +133,21 @@ enum StatusText {
             lines += fit("", ["pairing: \(p.phase)\(p.device.map { " \($0)" } ?? "")", "ends \(relative(p.deadline, now))"])
         }
         if s.devices.isEmpty { lines.append("no wearables paired (pairctl pair --service 180d)") }
-        for d in s.devices { lines += device(d, now: now, adapter: s.adapter) }
+        for d in s.devices { lines += device(d, now: now, adapter: s.adapter, adapters: s.adapters) }
         return lines.joined(separator: "\n")
+    }
+
+    static func adapterName(_ a: StatusDocument.Adapter) -> String {
+        let name = [a.name, a.address.map { "(\($0))" }].compactMap { $0 }.joined(separator: " ")
+        return name.isEmpty ? "none" : name
     }
 
     /// One wearable: its name, address and state, then what else there is to say, in lines that
     /// fit 100 columns (`pairctl status` lists every wearable so; `pairctl status WEARABLE` one).
     /// `adapter`: the adapter in use (status's), to say when the wearable's bond is on another one.
-    static func device(_ d: StatusDocument.Device, now: Date, adapter: StatusDocument.Adapter? = nil) -> [String] {
+    /// `adapters`: every adapter configured, when several are (the wearable's own is named).
+    static func device(_ d: StatusDocument.Device, now: Date, adapter: StatusDocument.Adapter? = nil, adapters: [StatusDocument.Adapter]? = nil) -> [String] {
+        let own = d.bondAdapter.flatMap { b in adapters?.first { $0.address?.uppercased() == b.uppercased() } }
         let type = d.addressType == "random" ? " (random address)" : ""
         let head = "\(d.name.isEmpty ? "(no name)" : d.name) \(d.address)\(type): "
         var items: [String] = []
@@ -143,7 +158,9 @@ enum StatusText {
         case "disconnected": items += ["disconnected (as you asked)", "`pairctl connect \(d.address)` brings it back"]
         case "waitingForDevice": items += ["out of range", "paird reconnects it when it comes back"]
         case "adapterUnavailable":
-            if let bond = d.bondAdapter, let inUse = adapter?.address, adapter?.present == true, bond.uppercased() != inUse.uppercased() {
+            if let own {
+                items += ["waiting for adapter \(adapterName(own)), which holds its bond", "paird reconnects it when that adapter is back"]
+            } else if let bond = d.bondAdapter, let inUse = adapter?.address, adapter?.present == true, bond.uppercased() != inUse.uppercased() {
                 items += ["waiting for adapter \(bond), which holds its bond (\(inUse) is in use)",
                           "to use it on \(inUse) instead: `pairctl pair \(d.address)`"]
             } else {
@@ -151,6 +168,7 @@ enum StatusText {
             }
         default: items.append(human(d.state))
         }
+        if let own, d.state != "adapterUnavailable", let name = own.name { items.append("on \(name)") }
         items.append("since \(relative(d.since, now))")
         if let b = d.battery { items.append("battery \(b)%") }
         if d.wanted == "disconnected" && d.state != "disconnected" { items.append("kept disconnected") }

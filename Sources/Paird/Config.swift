@@ -13,7 +13,9 @@ import Glibc
 /// reason. Every key and its default is listed in etc/paird/paird.conf.
 public struct DaemonConfig: Sendable, Equatable {
     public var machine = MachineConfig()
-    /// Adapter name (`hci0`) or address; empty = the first in order (hci0 before hci1).
+    /// Adapter name (`hci0`) or address; empty = the first in order (hci0 before hci1). Several,
+    /// separated by spaces, are used at once; the first is the default (`pairctl pair` without
+    /// `--adapter`).
     public var adapter: String = ""
     /// Characteristics (128-bit UUIDs) subscribed to after every (re)connect.
     public var subscribe: [String] = [ServiceUUID.heartRateMeasurement]
@@ -88,9 +90,12 @@ public struct DaemonConfig: Sendable, Equatable {
             }
             switch (section, key) {
             case ("General", "Adapter"):
-                guard value.isEmpty || Self.isAdapterName(value) || DeviceAddress(value) != nil
-                else { throw fail("Adapter must be an adapter name like hci0 or an address, got \"\(value)\"") }
-                c.adapter = value
+                // One adapter, or several used at once: names or addresses, separated by spaces or commas.
+                let parts = value.split(whereSeparator: { $0 == " " || $0 == "," || $0 == "\t" }).map(String.init)
+                if let bad = parts.first(where: { !Self.isAdapterName($0) && DeviceAddress($0) == nil }) {
+                    throw fail("Adapter must be adapter names like hci0 or addresses (several separated by spaces), got \"\(bad)\"")
+                }
+                c.adapter = parts.joined(separator: " ")
             case ("Pairing", "ScanTimeout"): c.machine.scanTimeout = try seconds(1...600)
             case ("Pairing", "PairTimeout"): c.machine.pairTimeout = try seconds(5...300)
             case ("Connection", "ConnectTimeout"): c.machine.connectTimeout = try seconds(5...300)

@@ -8,16 +8,24 @@ extension Daemon {
     func handle(_ event: BlueZEvent) {
         if case .notification = event {} else if log.minimumPriority == .debug { log.debug("event: \(event)") }
         switch event {
-        case .adapterReady(let info):
-            if bluez.bindsByAddress, let a = DeviceAddress(info.address) {
-                feed(.adapterIdentified(configured: config.adapter, address: a, name: info.name))
+        case .adapterReady(let info, let selector):
+            if BlueZClient.bindsByAddress(selector), let a = DeviceAddress(info.address) {
+                feed(.adapterIdentified(configured: selector, address: a, name: info.name))
             }
             if let a = DeviceAddress(info.address) { feed(.adapterInUse(a)) }
-            feed(.adapterReady(bluez.views(for: Array(machine.devices.keys) + machine.leftoverPairAddresses)))
+            // The views are of this adapter: each device's under the adapter it belongs to, and
+            // those bonded on another adapter wait for theirs (`adapterReady` skips them).
+            feed(.adapterReady(bluez.views(for: Array(machine.devices.keys) + machine.leftoverPairAddresses, on: info)))
             markReadyIfNeeded()
-        case .adapterGone(let reason):
-            log.info("adapter unavailable: \(reason)")
-            feed(.adapterLost)
+        case .adapterGone(let reason, let address):
+            if let address, bluez.isReady {
+                // One of several: the others stay ready.
+                log.info("adapter \(address) unavailable: \(reason)")
+                feed(.adapterGone(address))
+            } else {
+                log.info("adapter unavailable: \(reason)")
+                feed(.adapterLost)
+            }
             markReadyIfNeeded()
         case .autoConnectArmed(let armed):
             feed(.autoConnectArmed(armed))

@@ -196,6 +196,14 @@ public final class Daemon {
             feed: { [unowned self] in feed($0) },
             machine: { [unowned self] in machine },
             adapter: { [unowned self] in bluez?.adapter },
+            pairingAdapter: { [unowned self] name in
+                guard let bluez else { return .failure("paird has no BlueZ client yet") }
+                if let info = bluez.readyAdapter(named: name), let a = DeviceAddress(info.address) { return .success(a) }
+                if name.isEmpty { return .failure("no adapter is ready") }
+                let inUse = bluez.adaptersInUse.map { $0.info?.name ?? ($0.selector.isEmpty ? "(first)" : $0.selector) }
+                return .failure(.init(text: "adapter \(name) is not one paird uses now (in use: \(inUse.joined(separator: " "))); "
+                                      + "[General] Adapter in paird.conf lists those it may use"))
+            },
             status: { [unowned self] in status() },
             unsaved: { [unowned self] in stateFileError },
             history: { [unowned self] in try historyFile() }))
@@ -210,10 +218,12 @@ public final class Daemon {
         openAlerts()
 
         bluez = BlueZClient(connection: bus, adapter: config.adapter)
-        if bluez.bindsByAddress, let known = machine.adapters.first(where: { $0.configured == config.adapter }) {
-            bluez.knownAddress = known.address
-            log.info("adapter: \(known.address) (\(known.name) when last seen), as remembered for Adapter=\(config.adapter.isEmpty ? "(first)" : config.adapter)")
+        for (k, selector) in bluez.selectors.enumerated() where BlueZClient.bindsByAddress(selector) {
+            guard let known = machine.adapters.first(where: { $0.configured == selector }) else { continue }
+            bluez.knownAddresses[k] = known.address
+            log.info("adapter: \(known.address) (\(known.name) when last seen), as remembered for Adapter=\(selector.isEmpty ? "(first)" : selector)")
         }
+        bluez.adapterOfDevice = { [unowned self] a in machine.adapterAddress(for: a) }
         bluez.onEvent = { [unowned self] event in handle(event) }
         bluez.onPresence = { [unowned self] present in feed(present ? .bluetoothdBack : .bluetoothdLeft) }
         bluez.onAbsent = { [unowned self] in feed(.bluetoothdAbsent) }
@@ -364,7 +374,7 @@ public final class Daemon {
                 feed(.removeDeviceAnswered(a, failure))
             }
         case .startDiscovery(let request):
-            bluez.startDiscovery(address: request.address) { [unowned self] failure in
+            bluez.startDiscovery(address: request.address, adapter: request.adapter) { [unowned self] failure in
                 if let failure { feed(.discoveryFailed(failure)) }
             }
             // Only what advertises during this scan is a candidate (the BlueZ client passes on
@@ -381,7 +391,7 @@ public final class Daemon {
         case .restartDiscovery(let request):
             // A scan restart, or the scan going on after a stale bond's removal.
             log.info("discovery started again (scan restart)")
-            bluez.startDiscovery(address: request.address) { [unowned self] failure in
+            bluez.startDiscovery(address: request.address, adapter: request.adapter) { [unowned self] failure in
                 if let failure { log.debug("restarting discovery: \(failure.token); trying again at the next restart") }
             }
         case .pair(let a, let call, let timeout):
@@ -450,7 +460,18 @@ public final class Daemon {
     }
 
     func status() -> StatusDocument {
-        StatusDocument(machine: machine, adapter: bluez?.adapter.map { .init(name: $0.name, address: $0.address, powered: $0.powered, present: true) },
-                       configuredAdapter: config.adapter, battery: battery, now: Daemon.now(), stateFileError: stateFileError)
+        let inUse = bluez?.adaptersInUse ?? []
+        // With several adapters configured, each is listed (one that is not there with what was
+        // last known of it); with one, `adapter` says it all.
+        let adapters: [StatusDocument.Adapter]? = inUse.count < 2 ? nil : inUse.map { u in
+            let known = machine.adapters.first { $0.configured == u.selector }
+            return StatusDocument.Adapter(name: u.info?.name ?? known?.name ?? (u.selector.isEmpty ? nil : u.selector),
+                                          address: u.info?.address ?? (u.known ?? known?.address)?.description,
+                                          powered: u.info?.powered ?? false, present: u.info != nil, ready: u.ready, configured: u.selector)
+        }
+        var doc = StatusDocument(machine: machine, adapter: bluez?.adapter.map { .init(name: $0.name, address: $0.address, powered: $0.powered, present: true) },
+                                 configuredAdapter: bluez?.selectors.first ?? config.adapter, battery: battery, now: Daemon.now(), stateFileError: stateFileError)
+        doc.adapters = adapters
+        return doc
     }
 }

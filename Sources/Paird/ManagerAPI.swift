@@ -8,10 +8,20 @@ import PairingCore
 /// whether it takes the request (`PairingMachine.refusal(of:)`), and feeds it as a user event.
 final class ManagerAPI {
     /// What the API needs of the daemon: a feed into the machine and sources for the status.
+    struct PairingAdapterRefusal: Error, ExpressibleByStringLiteral, ExpressibleByStringInterpolation {
+        var text: String
+        init(text: String) { self.text = text }
+        init(stringLiteral value: String) { text = value }
+        init(stringInterpolation: DefaultStringInterpolation) { text = String(stringInterpolation: stringInterpolation) }
+    }
+
     struct Backend {
         var feed: (Event) -> Void
         var machine: () -> PairingMachine
         var adapter: () -> AdapterInfo?
+        /// The ready adapter `pairctl pair --adapter` names ("" for the default), by address, or
+        /// why none is.
+        var pairingAdapter: (String) -> Result<DeviceAddress, PairingAdapterRefusal>
         var status: () -> StatusDocument
         /// Why the state file could not be written, if the last write failed.
         var unsaved: () -> String?
@@ -155,6 +165,7 @@ final class ManagerAPI {
         try refuseIfNeeded(.userPair(PairRequest()))   // busy before the options are even read
         let options = args.first?.dictionary ?? [:]
         var request = PairRequest()
+        var adapterName = ""
         for (key, value) in options {
             let v = value.unwrapped
             switch key {
@@ -185,6 +196,9 @@ final class ManagerAPI {
             case "Interactive":
                 guard let b = v.bool else { throw DBusError(name: PairdAPI.Error.invalidArguments, message: "Interactive: expected b") }
                 request.answers.interactive = b
+            case "Adapter":
+                guard let s = v.string, !s.isEmpty else { throw DBusError(name: PairdAPI.Error.invalidArguments, message: "Adapter: expected a name or address (s)") }
+                adapterName = s
             case "Timeout":
                 guard let t = v.uint32, (1...600).contains(t) else {
                     throw DBusError(name: PairdAPI.Error.invalidArguments, message: "Timeout: expected 1…600 seconds (u)")
@@ -193,6 +207,12 @@ final class ManagerAPI {
             default:
                 throw DBusError(name: PairdAPI.Error.invalidArguments, message: "unknown option \(key)")
             }
+        }
+        switch backend.pairingAdapter(adapterName) {
+        case .success(let a): request.adapter = a
+        case .failure(let why):
+            // No adapter named: the machine says the adapter is unavailable, as before.
+            if !adapterName.isEmpty { throw DBusError(name: PairdAPI.Error.adapterUnavailable, message: why.text) }
         }
         pendingPair = call
         backend.feed(.userPair(request))

@@ -53,9 +53,13 @@ public struct PairRequest: Sendable, Hashable {
     public var scanTimeout: Duration?
     /// How the wearable's questions (passkey, numeric comparison) get answered.
     public var answers: PairingAnswers
+    /// The address of the adapter to pair on (`pairctl pair --adapter`, resolved by the daemon);
+    /// nil: the adapter in use (`PairingMachine.adapterInUse`).
+    public var adapter: DeviceAddress?
 
     public init(address: DeviceAddress? = nil, serviceUUIDs: [String] = [], nameContains: String? = nil, scanTimeout: Duration? = nil,
-                answers: PairingAnswers = PairingAnswers()) {
+                answers: PairingAnswers = PairingAnswers(), adapter: DeviceAddress? = nil) {
+        self.adapter = adapter
         self.address = address
         self.serviceUUIDs = serviceUUIDs
         self.nameContains = nameContains
@@ -83,8 +87,11 @@ public enum Event: Sendable, Hashable {
     /// The address of the adapter paird uses now (sent before each `adapterReady`): the wearables
     /// whose bond is on another adapter wait for theirs.
     case adapterInUse(DeviceAddress)
-    /// Adapter removed or powered off, or bluetoothd left the bus.
+    /// Adapter removed or powered off, or bluetoothd left the bus: no adapter is usable.
     case adapterLost
+    /// One of several adapters in use went (removed, powered off) while others stay ready: the
+    /// wearables bonded on it wait for it, the others carry on.
+    case adapterGone(DeviceAddress)
     /// The managed devices BlueZ has armed the kernel's auto-connect for now: our GattProfile1 is
     /// registered listing a service the device offers (5.66 probes the profile against the
     /// device's services, `device_probe_profile`). Sent whenever that set changes.

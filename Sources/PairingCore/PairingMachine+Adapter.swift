@@ -11,6 +11,7 @@ extension PairingMachine {
 
     mutating func adapterReady(_ views: [DeviceAddress: BlueZDeviceView], _ now: Moment, _ actions: inout [Action]) {
         adapterUp = true
+        if let inUse = adapterInUse { upAdapters.insert(inUse) }
         // A ready adapter is bluetoothd's: it is on the bus, whether or not its owner was reported first.
         if bluetoothd.phase == .unknown { bluetoothd.phase = .present }
         for a in sortedAddresses {
@@ -128,10 +129,42 @@ extension PairingMachine {
         }
     }
 
+    /// The address of the adapter a device belongs to: its bond's; a device paird is pairing now,
+    /// the pairing's; nil: not known (the adapter in use).
+    public func adapterAddress(for a: DeviceAddress) -> DeviceAddress? {
+        if let i = slot[a], let own = slots[i].identity.adapterAddress { return own }
+        if let p = pairing { return p.request.adapter ?? adapterInUse }
+        return nil
+    }
+
+    /// Whether the adapter device `i` belongs to is ready.
+    func adapterUp(for i: Int) -> Bool {
+        guard adapterUp else { return false }
+        guard let own = slots[i].identity.adapterAddress, !upAdapters.isEmpty else { return true }
+        return upAdapters.contains(own)
+    }
+
+    /// One of several adapters went; others are still ready. Only its wearables wait for it, and a
+    /// pairing on it ends.
+    mutating func adapterGone(_ gone: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
+        upAdapters.remove(gone)
+        guard !upAdapters.isEmpty else { return adapterLost(now, &actions) }
+        if adapterInUse == gone { adapterInUse = upAdapters.sorted().first }
+        loseAdapter(now, &actions) { ($0.identity.adapterAddress ?? gone) == gone }
+        if let p = pairing, (p.request.adapter ?? gone) == gone { endPairing(.adapterLost, now, &actions) }
+    }
+
     mutating func adapterLost(_ now: Moment, _ actions: inout [Action]) {
         adapterUp = false
+        upAdapters = []
+        loseAdapter(now, &actions) { _ in true }
+        endPairing(.adapterLost, now, &actions)
+    }
+
+    /// The wearables `affected` picks wait for their adapter.
+    mutating func loseAdapter(_ now: Moment, _ actions: inout [Action], _ affected: (ManagedDevice) -> Bool) {
         for a in sortedAddresses {
-            guard let i = slot[a] else { continue }
+            guard let i = slot[a], affected(slots[i]) else { continue }
             let d = slots[i]
             switch d.state {
             case .restoring, .connecting, .discovering, .connected, .waitingForDevice:
@@ -146,6 +179,5 @@ extension PairingMachine {
                 break
             }
         }
-        endPairing(.adapterLost, now, &actions)
     }
 }

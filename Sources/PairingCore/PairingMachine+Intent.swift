@@ -23,7 +23,7 @@ extension PairingMachine {
         switch d.state {
         case .disconnected:
             actions.append(.setTrusted(a, true))
-            if adapterUp {
+            if adapterUp(for: i) {
                 // The auto-connect list gets it back at the end of the step (`keepAutoConnectInStep`),
                 // so the kernel connects it as soon as it advertises; a Connect() of ours at the same moment made two links (finding 16).
                 slots[i].reconnectAttempts = 0
@@ -105,7 +105,7 @@ extension PairingMachine {
             return nil
         case .userDisconnect(let a), .userUnpair(let a):
             return device(a) == nil ? .unknownDevice(a) : nil
-        case .adapterReady, .adapterIdentified, .adapterInUse, .adapterLost, .autoConnectArmed, .bluetoothdLeft, .bluetoothdUnit, .bluetoothdStartFailed, .bluetoothdBack, .bluetoothdAbsent, .linkUp, .servicesResolved, .servicesLost, .linkProven,
+        case .adapterReady, .adapterIdentified, .adapterInUse, .adapterLost, .adapterGone, .autoConnectArmed, .bluetoothdLeft, .bluetoothdUnit, .bluetoothdStartFailed, .bluetoothdBack, .bluetoothdAbsent, .linkUp, .servicesResolved, .servicesLost, .linkProven,
              .linkDown, .bondLost, .deviceRemoved, .bondedDeviceAppeared, .connectSucceeded, .connectFailed, .setUpLinkFinished,
              .characteristicsMissing, .characteristicAppeared,
              .pairSucceeded, .pairFailed, .removeDeviceAnswered, .candidateFound, .discoveryFailed, .countdownFired, .agentAsked, .agentCanceled, .addressChanged,

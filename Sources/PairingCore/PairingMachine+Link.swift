@@ -187,7 +187,7 @@ extension PairingMachine {
 
     /// Only a device marked "removed from BlueZ" comes back this way (a lost *bond* needs pairing).
     mutating func bondedDeviceAppeared(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
-        guard adapterUp, let i = slot[a], slots[i].state == .needsRepair(reason: .deviceRemoved) else { return }
+        guard let i = slot[a], adapterUp(for: i), slots[i].state == .needsRepair(reason: .deviceRemoved) else { return }
         slots[i].setupFailures = 0
         if slots[i].wanted == .disconnected {
             move(i, to: .disconnected, now, &actions)

@@ -10,7 +10,7 @@ extension PairingMachine {
 
     mutating func userPair(_ request: PairRequest, _ now: Moment, _ actions: inout [Action]) {
         guard pairing == nil else { return } // refused before it gets here: refusal(of:) says .pairingBusy
-        guard adapterUp else {
+        guard adapterUp, request.adapter.map(upAdapters.contains) ?? true else {
             actions.append(.pairingEnded(.adapterUnavailable))
             return
         }
@@ -150,7 +150,7 @@ extension PairingMachine {
         var uuids = Set(p.request.serviceUUIDs)
         uuids.formUnion(c.serviceUUIDs)
         let identity = DeviceIdentity(address: a, addressType: c.addressType, name: c.name,
-                                      adapter: config.adapter, serviceUUIDs: uuids.sorted(), adapterAddress: adapterInUse)
+                                      adapter: config.adapter, serviceUUIDs: uuids.sorted(), adapterAddress: p.request.adapter ?? adapterInUse)
         if let i = slot[a] {
             slots[i].identity = identity
             slots[i].wanted = .connected

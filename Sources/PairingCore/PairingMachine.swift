@@ -40,9 +40,13 @@ public struct PairingMachine: Sendable {
     /// `leftoverPairWindow` (a Pair() without reply from a bluetoothd that stayed is none of this).
     var leftoverPairs: [DeviceAddress: Moment] = [:]
     static let leftoverPairWindow: Duration = .seconds(120)
+    /// Some adapter is ready.
     public internal(set) var adapterUp = false
-    /// The address of the adapter in use, as last told (`Event.adapterInUse`).
+    /// The address of the adapter in use, as last told (`Event.adapterInUse`): with several, the
+    /// one that became ready last.
     public internal(set) var adapterInUse: DeviceAddress?
+    /// The ready adapters, by address (those told by `adapterInUse` before their `adapterReady`).
+    public internal(set) var upAdapters: Set<DeviceAddress> = []
     /// The devices BlueZ's auto-connect is armed for now (`Event.autoConnectArmed`).
     public internal(set) var autoConnectArmed: Set<DeviceAddress> = []
     /// bluetoothd on the bus, and after a crash its restarts (`PairingMachine+Bluetoothd`).
@@ -102,6 +106,7 @@ public struct PairingMachine: Sendable {
         case .adapterIdentified(let configured, let address, let name): adapterIdentified(configured, address, name, now, &actions)
         case .adapterInUse(let address): adapterInUse = address
         case .adapterLost: adapterLost(now, &actions)
+        case .adapterGone(let address): adapterGone(address, now, &actions)
         case .autoConnectArmed(let devices): autoConnectArmed(devices, now, &actions)
         case .bluetoothdLeft: bluetoothdLeft(now, &actions)
         case .bluetoothdUnit(let unit): bluetoothdUnit(unit, now, &actions)

@@ -27,11 +27,17 @@ public struct StatusDocument: Codable, Sendable, Hashable {
         public var address: String?
         public var powered: Bool
         public var present: Bool
-        public init(name: String?, address: String?, powered: Bool, present: Bool) {
+        /// In `adapters` only (several configured): paird uses it now (present, powered, registered).
+        public var ready: Bool?
+        /// In `adapters` only: the selector in paird.conf that names it.
+        public var configured: String?
+        public init(name: String?, address: String?, powered: Bool, present: Bool, ready: Bool? = nil, configured: String? = nil) {
             self.name = name
             self.address = address
             self.powered = powered
             self.present = present
+            self.ready = ready
+            self.configured = configured
         }
     }
 
@@ -259,7 +265,10 @@ public struct StatusDocument: Codable, Sendable, Hashable {
     }
 
     public var daemon: Daemon
+    /// The default adapter (the first of several).
     public var adapter: Adapter?
+    /// Every adapter paird.conf names, when it names several (nil: one).
+    public var adapters: [Adapter]?
     public var pairing: Pairing?
     public var devices: [Device]
     public var bluetoothd: Bluetoothd?
@@ -279,13 +288,14 @@ public struct StatusDocument: Codable, Sendable, Hashable {
     public static let schemaVersion = 1
 
     enum CodingKeys: String, CodingKey {
-        case schemaVersion, daemon, adapter, pairing, devices, bluetoothd, host
+        case schemaVersion, daemon, adapter, adapters, pairing, devices, bluetoothd, host
     }
 
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         daemon = try c.decode(Daemon.self, forKey: .daemon)
         adapter = try c.decodeIfPresent(Adapter.self, forKey: .adapter)
+        adapters = try c.decodeIfPresent([Adapter].self, forKey: .adapters)
         pairing = try c.decodeIfPresent(Pairing.self, forKey: .pairing)
         devices = try c.decode([Device].self, forKey: .devices)
         bluetoothd = try c.decodeIfPresent(Bluetoothd.self, forKey: .bluetoothd)
@@ -297,6 +307,7 @@ public struct StatusDocument: Codable, Sendable, Hashable {
         try c.encode(Self.schemaVersion, forKey: .schemaVersion)
         try c.encode(daemon, forKey: .daemon)
         try c.encode(adapter, forKey: .adapter)
+        try c.encodeIfPresent(adapters, forKey: .adapters)
         try c.encode(pairing, forKey: .pairing)
         try c.encode(devices, forKey: .devices)
         try c.encode(bluetoothd, forKey: .bluetoothd)

@@ -185,7 +185,7 @@ step("bluetoothd restart: adapterGone, then adapterReady with registrations redo
     let m = mark()
     try wait("adapterGone", 60) { since(m) { if case .adapterGone = $0 { true } else { false } } }
     try wait("adapterReady", 60) { client.isReady && client.stats.agentRegistrations > agentBefore }
-    let reason = events[m...].compactMap { if case .adapterGone(let r) = $0 { r } else { nil } }.first ?? "?"
+    let reason = events[m...].compactMap { if case .adapterGone(let r, _) = $0 { r } else { nil } }.first ?? "?"
     return "gone: \(reason); agent registrations \(client.stats.agentRegistrations), app \(client.stats.applicationRegistrations)"
 }
 

@@ -158,7 +158,7 @@ struct BlueZClientTests {
         try mock.addAdapter()
         let (client, rec, _) = try mock.startClient()
         try mock.updateProperties("/org/bluez/hci0", "org.bluez.Adapter1", ["Powered": .bool(false)])
-        try runUntil(mock.loop, "adapterGone") { rec.has(.adapterGone(reason: "powered-off")) }
+        try runUntil(mock.loop, "adapterGone") { rec.has(.adapterGone(reason: "powered-off", address: DeviceAddress(hci0Address))) }
         #expect(!client.isReady && client.adapter?.powered == false)
         try mock.updateProperties("/org/bluez/hci0", "org.bluez.Adapter1", ["Powered": .bool(true)])
         try runUntil(mock.loop, "adapterReady again") { rec.readyCount == 2 }
@@ -172,7 +172,7 @@ struct BlueZClientTests {
         try mock.addDevice("hci0", devA)
         let (client, rec, conn) = try mock.startClient()
         try mock.call("/", "org.bluez.Mock", "RemoveAdapterWithDevices", [.string("hci0")])
-        try runUntil(mock.loop, "adapterGone") { rec.has(.adapterGone(reason: "removed")) }
+        try runUntil(mock.loop, "adapterGone") { rec.has(.adapterGone(reason: "removed", address: DeviceAddress(hci0Address))) }
         // Let the removal grace pass: the device removal must not surface.
         var graceOver = false
         _ = mock.loop.schedule(after: .milliseconds(300)) { graceOver = true }
@@ -223,7 +223,7 @@ struct BlueZClientTests {
         #expect(try mock.calls("/org/bluez", "RequestDefaultAgent").isEmpty, "a desktop's own agent stays the default")
 
         mock.stopMock()
-        try runUntil(mock.loop, "adapterGone") { rec.has(.adapterGone(reason: "bluetoothd-gone")) }
+        try runUntil(mock.loop, "adapterGone") { rec.has(.adapterGone(reason: "bluetoothd-gone", address: DeviceAddress(hci0Address))) }
         #expect(client.adapter == nil && client.device(addrA) == nil)
         #expect(client.views(for: [addrA])[addrA] == .absent)
         var failure: BlueZFailure?? = .none
@@ -269,7 +269,7 @@ struct BlueZClientTests {
         let tail = rec.events.filter { if case .autoConnectArmed = $0 { false } else { true } }.suffix(2)
         // The reason of the earlier Disconnected was used up by that link's linkDown: none here.
         let lost = DisconnectClassifier.Evidence(reason: nil, stillBonded: false, deviceExists: true, adapterUp: true)
-        #expect(Array(tail) == [.linkDown(addrA, lost), .adapterGone(reason: "powered-off")])
+        #expect(Array(tail) == [.linkDown(addrA, lost), .adapterGone(reason: "powered-off", address: DeviceAddress(hci0Address))])
         #expect(rec.goneCount == 1)
     }
 

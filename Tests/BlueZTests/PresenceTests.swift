@@ -250,4 +250,90 @@ struct PresenceTests {
         var q = Presence()
         #expect(q.handle(.stop) == [])
     }
+
+    // MARK: Several adapters at once (`[General] Adapter = hci0 hci1`)
+
+    static let hci2 = "/org/bluez/hci2"
+
+    /// Two selectors, each picking its own adapter (hci0, hci1), both ready.
+    static func readyTwo() -> Presence {
+        var p = Presence(slots: 2)
+        let a = info(hci0), b = info(hci1)
+        _ = p.handle(.wantedUUIDs([hr], Presence.AdapterView(adapters: [:], picks: [nil, nil], mayReselect: false)))
+        _ = p.handle(.ownerAppeared(":1.5"))
+        let out = p.handle(.listed(owner: ":1.5", Presence.AdapterView(adapters: [hci0: a, hci1: b], picks: [hci0, hci1], mayReselect: false)))
+        precondition(out == [.registerAgent, .registerApplication(adapter: hci0, uuids: [hr]), .registerApplication(adapter: hci1, uuids: [hr])], "\(out)")
+        _ = p.handle(.agentRegistered)
+        _ = p.handle(.applicationRegistered(adapter: hci0, [hr]))
+        _ = p.handle(.applicationRegistered(adapter: hci1, [hr]))
+        precondition(p.readyPaths == [hci0, hci1])
+        return p
+    }
+
+    @Test("two adapters: one agent, an application on each, each adapter ready on its own as its registration answers")
+    func twoAdaptersStart() {
+        var p = Presence(slots: 2)
+        let a = Self.info(Self.hci0), b = Self.info(Self.hci1)
+        let both = Presence.AdapterView(adapters: [Self.hci0: a, Self.hci1: b], picks: [Self.hci0, Self.hci1], mayReselect: false)
+        _ = p.handle(.wantedUUIDs([Self.hr], Presence.AdapterView(adapters: [:], picks: [nil, nil], mayReselect: false)))
+        _ = p.handle(.ownerAppeared(":1.5"))
+        #expect(p.handle(.listed(owner: ":1.5", both)) == [
+            .registerAgent, .registerApplication(adapter: Self.hci0, uuids: [Self.hr]), .registerApplication(adapter: Self.hci1, uuids: [Self.hr]),
+        ])
+        #expect(p.handle(.agentRegistered) == [])
+        // hci1 answers first: it is ready first, as slot 1; hci0 is not waited for.
+        #expect(p.handle(.applicationRegistered(adapter: Self.hci1, [Self.hr])) == [.adapterReady(b, slot: 1), .armed([Self.hr])])
+        #expect(p.isReady && p.readyPaths == [Self.hci1])
+        #expect(p.handle(.applicationRegistered(adapter: Self.hci0, [Self.hr])) == [.adapterReady(a, slot: 0), .armed([Self.hr])])
+        #expect(p.readyPaths == [Self.hci0, Self.hci1])
+    }
+
+    @Test("two adapters: one unplugged goes alone (gone for its slot, released), the other stays ready; back under another index, its slot is ready again")
+    func twoAdaptersOneUnplugged() {
+        var p = Self.readyTwo()
+        let b = Self.info(Self.hci1)
+        #expect(p.handle(.viewChanged(Presence.AdapterView(adapters: [Self.hci1: b], picks: [nil, Self.hci1], mayReselect: false))) == [
+            .releaseAdapter(Self.hci0), .adapterGone(reason: "removed", wasReady: true, slot: 0), .armed([Self.hr]),
+        ])
+        #expect(p.isReady && p.readyPaths == [Self.hci1])
+        #expect(p.slots[1].adapter == .serving(path: Self.hci1, .held([Self.hr])))
+        let back = Self.info(Self.hci2, address: "00:AA:01:00:00:00")
+        let view = Presence.AdapterView(adapters: [Self.hci1: b, Self.hci2: back], picks: [Self.hci2, Self.hci1], mayReselect: false)
+        #expect(p.handle(.viewChanged(view)) == [.registerApplication(adapter: Self.hci2, uuids: [Self.hr])])
+        #expect(p.handle(.applicationRegistered(adapter: Self.hci2, [Self.hr])) == [.adapterReady(back, slot: 0), .armed([Self.hr])])
+        #expect(p.readyPaths == [Self.hci2, Self.hci1])
+    }
+
+    @Test("two adapters: bluetoothd leaving ends both, slot by slot; stop unregisters the application on each")
+    func twoAdaptersBluetoothdLeavesAndStop() {
+        var p = Self.readyTwo()
+        #expect(p.handle(.ownerLeft) == [
+            .announcePresence(false), .forgetBluetoothd,
+            .adapterGone(reason: "bluetoothd-gone", wasReady: true, slot: 0), .releaseAdapter(Self.hci0),
+            .adapterGone(reason: "bluetoothd-gone", wasReady: true, slot: 1), .releaseAdapter(Self.hci1),
+            .armed([]),
+        ])
+        #expect(!p.isReady)
+        var q = Self.readyTwo()
+        #expect(q.handle(.stop) == [
+            .unregisterAgent, .unregisterApplication(adapter: Self.hci0), .unregisterApplication(adapter: Self.hci1), .armed([]),
+        ])
+        #expect(q.slots.count == 2)
+    }
+
+    @Test("two selectors naming one adapter: the second never takes it (one registration), and says it has none")
+    func twoSelectorsOneAdapter() {
+        var p = Presence(slots: 2)
+        let a = Self.info(Self.hci0)
+        let view = Presence.AdapterView(adapters: [Self.hci0: a], picks: [Self.hci0, Self.hci0], mayReselect: false)
+        _ = p.handle(.wantedUUIDs([Self.hr], Presence.AdapterView(adapters: [:], picks: [nil, nil], mayReselect: false)))
+        _ = p.handle(.ownerAppeared(":1.5"))
+        #expect(p.handle(.listed(owner: ":1.5", view)) == [
+            .registerAgent, .registerApplication(adapter: Self.hci0, uuids: [Self.hr]),
+            .adapterGone(reason: "removed", wasReady: false, slot: 1),
+        ])
+        _ = p.handle(.agentRegistered)
+        #expect(p.handle(.applicationRegistered(adapter: Self.hci0, [Self.hr])) == [.adapterReady(a, slot: 0), .armed([Self.hr])])
+        #expect(p.slots[1].adapter == .none)
+    }
 }

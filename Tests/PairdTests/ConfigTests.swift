@@ -161,13 +161,20 @@ struct ConfigTests {
         #expect(c.subscribe == ["00002a37-0000-1000-8000-00805f9b34fb", "00002a19-0000-1000-8000-00805f9b34fb"])
     }
 
+    @Test("several adapters: names and addresses separated by spaces or commas, kept in order, one space between")
+    func severalAdapters() throws {
+        let (c, _) = try DaemonConfig.parse("[General]\nAdapter = hci0,  00:aa:01:02:00:02\thci3\n", file: "t.conf")
+        #expect(c.adapter == "hci0 00:aa:01:02:00:02 hci3")
+    }
+
     @Test("bad values are refused with file, line and reason", arguments: [
         ("[Pairing]\nScanTimeout = soon\n", 2, "ScanTimeout must be a number of seconds"),
         ("[Pairing]\nScanTimeout = 0\n", 2, "ScanTimeout must be a number of seconds in 1.0…600.0"),
         ("\n\n[Connection]\nFastAttempts = -1\n", 4, "FastAttempts must be a whole number"),
-        ("[General]\nAdapter = wlan0\n", 2, "Adapter must be an adapter name"),
-        ("[General]\nAdapter = hci\n", 2, "Adapter must be an adapter name"),
-        ("[General]\nAdapter = hci0x\n", 2, "Adapter must be an adapter name"),
+        ("[General]\nAdapter = wlan0\n", 2, "Adapter must be adapter names"),
+        ("[General]\nAdapter = hci\n", 2, "Adapter must be adapter names"),
+        ("[General]\nAdapter = hci0x\n", 2, "Adapter must be adapter names"),
+        ("[General]\nAdapter = hci0 wlan0\n", 2, "got \"wlan0\""),
         ("[Notifications]\nSubscribe = 2a37, nope\n", 2, "Subscribe: \"nope\" is not a UUID"),
         ("[Notifications]\nBattery = maybe\n", 2, "Battery must be yes or no"),
         ("[General\n", 1, "malformed section header"),

@@ -1,0 +1,120 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+import PairingCore
+import Testing
+
+/// Several adapters at once (issue 32, part 3; `[General] Adapter = hci0 hci1`): each adapter's
+/// readiness is told by `adapterInUse` + `adapterReady`, its loss while another stays by
+/// `adapterGone`. A wearable lives on the adapter that holds its bond: only its own adapter's
+/// coming and going moves it.
+@Suite("Several adapters at once")
+struct SeveralAdaptersTests {
+    let watch = Harness.watch
+    let ring = Harness.ring
+    let hr = ServiceUUID.heartRate
+    static let adapterA = DeviceAddress("00:AA:01:00:00:00")!
+    static let adapterB = DeviceAddress("00:AA:01:02:00:02")!
+
+    /// The watch bonded on A, the ring on B, both wanted connected.
+    func restored() -> Harness {
+        Harness(state: PersistedState(devices: [
+            PersistedDevice(identity: DeviceIdentity(address: watch, name: "Watch", adapter: "hci0 hci2", serviceUUIDs: [hr],
+                                                     adapterAddress: Self.adapterA),
+                            wanted: .connected, pairedAt: 0, updatedAt: 0),
+            PersistedDevice(identity: DeviceIdentity(address: ring, name: "Ring", adapter: "hci0 hci2", serviceUUIDs: [hr],
+                                                     adapterAddress: Self.adapterB),
+                            wanted: .connected, pairedAt: 0, updatedAt: 0),
+        ]))
+    }
+
+    static let up = BlueZDeviceView(connected: true, servicesResolved: true)
+
+    /// Both adapters ready, each showing its own wearable's link up.
+    func bothUp() -> Harness {
+        var h = restored()
+        h.send(.adapterInUse(Self.adapterA))
+        h.send(.adapterReady([watch: Self.up, ring: .absent]))
+        h.send(.adapterInUse(Self.adapterB))
+        h.send(.adapterReady([watch: .absent, ring: Self.up]))
+        return h
+    }
+
+    @Test("each adapter's readiness restores only its own wearable; the other one's absence there is not its lost bond")
+    func eachOnItsOwn() {
+        var h = restored()
+        h.send(.adapterInUse(Self.adapterA))
+        let first = h.send(.adapterReady([watch: Self.up, ring: .absent]))
+        #expect(h.stateName(watch) == "discovering", "the link on A adopted")
+        #expect(h.stateName(ring) == "adapterUnavailable", "waits for B, never needsRepair")
+        #expect(first.connects(ring) == 0)
+        h.send(.adapterInUse(Self.adapterB))
+        let second = h.send(.adapterReady([watch: .absent, ring: Self.up]))
+        #expect(h.stateName(ring) == "discovering", "the link on B adopted")
+        #expect(h.stateName(watch) == "discovering", "B's view (no watch there) leaves the watch alone")
+        #expect(second.connects() == 0 && !second.contains { if case .disconnect = $0 { true } else { false } })
+        #expect(h.machine.upAdapters == [Self.adapterA, Self.adapterB])
+    }
+
+    @Test("A goes while B stays: only the watch waits (adapter-gone), the ring's link is untouched, and A's return brings the watch back")
+    func oneGoesTheOtherStays() {
+        var h = bothUp()
+        h.send(.servicesResolved(ring))
+        let ringBefore = h.stateName(ring)
+        let out = h.send(.adapterGone(Self.adapterA))
+        #expect(h.stateName(watch) == "adapterUnavailable")
+        #expect(h.stateName(ring) == ringBefore)
+        #expect(!out.contains { if case .disconnect(ring) = $0 { true } else { false } })
+        #expect(out.connects() == 0)
+        #expect(h.machine.adapterUp && h.machine.upAdapters == [Self.adapterB])
+        #expect(h.machine.adapterAddress(for: watch) == Self.adapterA, "the watch stays A's: never tried on B")
+        h.send(.adapterInUse(Self.adapterA))
+        h.send(.adapterReady([watch: BlueZDeviceView(connected: false), ring: .absent]))
+        #expect(h.stateName(watch) == "waitingForDevice", "back on A: the auto-connect's head start, then Connect()")
+        #expect(h.stateName(ring) == ringBefore)
+    }
+
+    @Test("the last adapter going is the adapter's loss: every wearable waits, the pairing ends")
+    func lastOneGoes() {
+        var h = bothUp()
+        h.send(.adapterGone(Self.adapterA))
+        h.send(.userPair(PairRequest(serviceUUIDs: [hr], adapter: Self.adapterB)))
+        #expect(h.machine.pairing != nil)
+        h.send(.adapterGone(Self.adapterB))
+        #expect(h.stateName(ring) == "adapterUnavailable" && h.stateName(watch) == "adapterUnavailable")
+        #expect(h.machine.pairing == nil)
+        #expect(!h.machine.adapterUp && h.machine.upAdapters.isEmpty)
+    }
+
+    @Test("pairctl pair --adapter: the bond is recorded as that adapter's, and the candidate is looked for there")
+    func pairOnTheNamedAdapter() {
+        var h = bothUp()
+        let strap = DeviceAddress("F3:5A:B1:00:00:01")!
+        h.send(.userPair(PairRequest(serviceUUIDs: [hr], adapter: Self.adapterB)))
+        #expect(h.machine.adapterAddress(for: strap) == Self.adapterB, "a candidate is heard on B")
+        h.send(.candidateFound(Candidate(address: strap, name: "Strap", rssi: -50, serviceUUIDs: [hr])))
+        h.send(.pairSucceeded(strap, call: h.lastPairCall!))
+        #expect(h.machine.devices[strap]?.identity.adapterAddress == Self.adapterB)
+        #expect(h.machine.persistedState().devices.first { $0.address == strap }?.adapterAddress == Self.adapterB)
+    }
+
+    @Test("a pairing on an adapter that is not ready is refused at once (adapterUnavailable); one going mid-scan ends it, the other's does not")
+    func pairingOnAnAdapterThatIsNotUp() {
+        var h = bothUp()
+        h.send(.adapterGone(Self.adapterA))
+        let out = h.send(.userPair(PairRequest(serviceUUIDs: [hr], adapter: Self.adapterA)))
+        #expect(out.contains(.pairingEnded(.adapterUnavailable)))
+        #expect(h.machine.pairing == nil)
+        h.send(.adapterInUse(Self.adapterA))
+        h.send(.adapterReady([watch: .absent, ring: .absent]))
+        h.send(.userPair(PairRequest(serviceUUIDs: [hr], adapter: Self.adapterB)))
+        h.send(.adapterGone(Self.adapterA))
+        #expect(h.machine.pairing != nil, "A's loss does not end a pairing on B")
+        h.send(.adapterInUse(Self.adapterA))
+        h.send(.adapterReady([watch: .absent, ring: .absent]))
+        h.send(.adapterGone(Self.adapterB))
+        #expect(h.machine.pairing == nil, "B's loss ends it")
+    }
+}
