@@ -41,6 +41,60 @@ struct BlueZClientTests {
         #expect(byAddress.stats.cacheRebuilds == 1)
     }
 
+    @Test("several adapters at once: each ready with its own registration; a device is heard and acted on only under the adapter it belongs to; one adapter going leaves the other ready")
+    func severalAdapters() throws {
+        let mock = try MockBlueZ()
+        try mock.addAdapter("hci0")
+        try mock.addAdapter("hci1")
+        let devB = "AA:BB:CC:DD:EE:02", addrB = DeviceAddress(devB)!
+        let onA = try mock.addDevice("hci0", devB)   // heard by both adapters: one object under each
+        let onB = try mock.addDevice("hci1", devB)
+        try mock.call("/", "org.bluez.Mock", "PairDevice", [.string("hci1"), .string(devB), .int32(0)])
+        let conn = try mock.connection()
+        try mock.setRegistrar("/org/bluez/hci0", conn.uniqueName)
+        try mock.setRegistrar("/org/bluez/hci1", conn.uniqueName)
+        let client = BlueZClient(connection: conn, adapter: "hci0 hci1", removalGrace: .milliseconds(100))
+        client.adapterOfDevice = { $0 == addrB ? DeviceAddress(hci1Address) : nil }   // its bond is hci1's
+        let rec = Recorder()
+        rec.attach(client)
+        client.setAutoConnectUUIDs([ServiceUUID.heartRate])
+        client.start()
+        try runUntil(mock.loop, "both adapters ready") { rec.readyCount == 2 }
+        let infoB = try #require(client.readyAdapter(named: "hci1"))
+        #expect(rec.has(.adapterReady(infoB, selector: "hci1")))
+        #expect(client.adapter?.name == "hci0", "the first selector's adapter is the default")
+        #expect(try !mock.applications("/org/bluez/hci0").isEmpty && !mock.applications("/org/bluez/hci1").isEmpty)
+        #expect(client.device(addrB)?.path == onB)
+        #expect(client.views(for: [addrB], on: infoB)[addrB]?.bonded == true)
+        #expect(client.views(for: [addrB], on: try #require(client.readyAdapter(named: "hci0")))[addrB]?.bonded == false)
+
+        var answered = false
+        client.connect(addrB, timeout: .seconds(5)) { _ in answered = true }
+        try runUntil(mock.loop, "Connect answered") { answered }
+        #expect(try mock.calls(onB, "Connect").count == 1 && mock.calls(onA, "Connect").isEmpty, "Connect() goes to its adapter's object")
+
+        // The mock's Connect() brings the link up on that object: reported as the device's.
+        try runUntil(mock.loop, "linkUp on hci1") { rec.has(.linkUp(addrB)) }
+        // The other adapter's object for the same address is not its link.
+        let downs = { rec.count { if case .linkDown = $0 { true } else { false } } }
+        let handled = client.stats.signalsHandled
+        try mock.updateProperties(onA, "org.bluez.Device1", ["Connected": .bool(true)])
+        try mock.updateProperties(onA, "org.bluez.Device1", ["Connected": .bool(false)])
+        try runUntil(mock.loop, "handled") { client.stats.signalsHandled >= handled + 2 }
+        #expect(downs() == 0 && rec.count { $0 == .linkUp(addrB) } == 1, "\(rec.events)")
+        try mock.updateProperties(onB, "org.bluez.Device1", ["Connected": .bool(false)])
+        try runUntil(mock.loop, "linkDown on hci1") { downs() == 1 }
+        try mock.updateProperties(onB, "org.bluez.Device1", ["Connected": .bool(true)])
+        try runUntil(mock.loop, "linkUp again on hci1") { rec.count { $0 == .linkUp(addrB) } == 2 }
+
+        try mock.call("/", "org.bluez.Mock", "RemoveAdapterWithDevices", [.string("hci0")])
+        try runUntil(mock.loop, "hci0 gone") { rec.has(.adapterGone(reason: "removed", address: DeviceAddress(hci0Address))) }
+        #expect(client.isReady && client.readyAdapter(named: "hci0") == nil && client.readyAdapter(named: "hci1") != nil)
+        #expect(client.adapter?.name == "hci1", "the default is now the one left")
+        #expect(client.device(addrB)?.path == onB)
+        #expect(downs() == 1, "hci1's link untouched: \(rec.events)")
+    }
+
     @Test func noAdapterMeansNoReadyUntilOneAppears() throws {
         let mock = try MockBlueZ()
         let (client, recorder, conn) = try mock.startClient("hci0", waitReady: false, adapterForRegistrar: nil)
