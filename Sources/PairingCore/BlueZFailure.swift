@@ -31,6 +31,10 @@ public enum BlueZFailure: Sendable, Hashable {
     case deviceGone
     /// `NotConnected`, `Failed "Not connected"`.
     case notConnected
+    /// `le-connection-concurrent-connection-limit` (EMLINK): the controller holds as many LE
+    /// connections as it can. BlueZ 5.66 never sends it (its ATT socket rewrites EMLINK to
+    /// `abort-by-local`); later ones name it.
+    case connectionLimit
     /// Anything else, verbatim.
     case other(name: String, message: String)
 
@@ -46,6 +50,7 @@ public enum BlueZFailure: Sendable, Hashable {
             else if m.hasSuffix("adapter-not-powered") { self = .adapterUnavailable }
             else if m.hasSuffix("key-missing") { self = .authentication }
             else if m == "not connected" { self = .notConnected }
+            else if m.hasSuffix("concurrent-connection-limit") { self = .connectionLimit }
             else { self = .other(name: errorName, message: message) }
         case "org.bluez.Error.InProgress": self = .busy
         case "org.bluez.Error.NotReady", "org.freedesktop.DBus.Error.ServiceUnknown",
@@ -83,6 +88,7 @@ public enum BlueZFailure: Sendable, Hashable {
         case .alreadyExists: "already-exists"
         case .deviceGone: "device-gone"
         case .notConnected: "not-connected"
+        case .connectionLimit: "connection-limit"
         case .other(let name, let message): "\(name): \(message)"
         }
     }

@@ -102,7 +102,8 @@ public enum ConnectFailureClassifier {
         case .adapterUnavailable: return .adapterGone
         case .abortedByLocal, .connectTimeout, .noReply, .canceled:
             return elapsed >= absentAfter ? .deviceAbsent : .transient
-        case .abortedByRemote, .busy, .authenticationAborted, .alreadyExists, .notConnected, .other:
+        case .abortedByRemote, .busy, .authenticationAborted, .alreadyExists, .notConnected, .connectionLimit, .other:
+            // (The controller's connection limit: another link going makes room; backed off meanwhile.)
             return .transient
         }
     }

@@ -138,6 +138,18 @@ extension PairingMachine {
             switch failure {
             case .authentication, .authenticationAborted:
                 endPairing(.authenticationFailed(failure.token), now, &actions)
+            case .connectionLimit:
+                let n = linksUp(onAdapterOf: p)
+                endPairing(.failed("connection-limit: the adapter's controller holds as many LE connections as it can (\(n) wearable(s) "
+                                   + "connected on it); disconnect one (pairctl disconnect) or pair on another adapter (pairctl pair --adapter)"),
+                           now, &actions)
+            case .abortedByLocal where linksUp(onAdapterOf: p) > 0:
+                // BlueZ 5.66 reports a controller at its connection limit so too (EMLINK rewritten by
+                // its ATT socket), and neither it nor the kernel says what the limit is.
+                let n = linksUp(onAdapterOf: p)
+                endPairing(.failed("abort-by-local: the connection to the wearable failed; with \(n) wearable(s) already connected on "
+                                   + "this adapter, its controller may be at its limit of LE connections (BlueZ and the kernel do not "
+                                   + "say what it is): disconnect one (pairctl disconnect) and try again"), now, &actions)
             case .abortedByLocal, .abortedByRemote, .connectTimeout, .noReply, .busy, .canceled, .adapterUnavailable,
                  .alreadyExists, .deviceGone, .notConnected, .other:
                 endPairing(.failed(failure.token), now, &actions)
@@ -220,6 +232,17 @@ extension PairingMachine {
             actions.append(.restartDiscovery(p.request))
         }
         pairing = p
+    }
+
+    /// Wearables with a link up on the adapter a pairing runs on.
+    func linksUp(onAdapterOf p: PairingSession) -> Int {
+        let on = p.request.adapter ?? adapterInUse
+        return slots.filter { d in
+            switch d.state {
+            case .connected, .discovering: (d.identity.adapterAddress ?? on) == on
+            default: false
+            }
+        }.count
     }
 
     /// The answer to the `Pair()` of a session that already ended (canceled, timed out, nobody to

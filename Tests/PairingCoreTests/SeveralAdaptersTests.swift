@@ -118,3 +118,49 @@ struct SeveralAdaptersTests {
         #expect(h.machine.pairing == nil, "B's loss ends it")
     }
 }
+
+/// The controller's limit on LE connections (issue 32, part 3). Neither BlueZ 5.66 nor the
+/// kernel exposes the number; a BlueZ that names the failure (`…-concurrent-connection-limit`)
+/// is reported as such, and 5.66's `abort-by-local` with links already up on the adapter says
+/// that the limit may be why, instead of a bare token.
+@Suite("The controller's LE connection limit")
+struct ConnectionLimitTests {
+    let hr = ServiceUUID.heartRate
+    let strap = DeviceAddress("F3:5A:B1:00:00:01")!
+
+    @Test("the error names of BlueZ map to connectionLimit (newer BlueZ) and abortedByLocal (5.66)")
+    func mapping() {
+        #expect(BlueZFailure(errorName: "org.bluez.Error.Failed", message: "le-connection-concurrent-connection-limit") == .connectionLimit)
+        #expect(BlueZFailure(errorName: "org.bluez.Error.Failed", message: "le-connection-abort-by-local") == .abortedByLocal)
+        #expect(ConnectFailureClassifier.classify(.connectionLimit, elapsed: .seconds(60), absentAfter: .seconds(30)) == .transient,
+                "never taken for an absent wearable: another link going makes room")
+    }
+
+    /// The ring connected on A, then a pairing on A whose Pair() fails with `failure`.
+    func pairingFails(_ failure: BlueZFailure, ringConnected: Bool = true) -> PairingOutcome? {
+        var h = Harness(state: PersistedState(devices: [
+            PersistedDevice(identity: DeviceIdentity(address: Harness.ring, name: "Ring", adapter: "", serviceUUIDs: [hr],
+                                                     adapterAddress: SeveralAdaptersTests.adapterA),
+                            wanted: .connected, pairedAt: 0, updatedAt: 0),
+        ]))
+        h.send(.adapterInUse(SeveralAdaptersTests.adapterA))
+        h.send(.adapterReady([Harness.ring: ringConnected ? SeveralAdaptersTests.up : BlueZDeviceView(connected: false)]))
+        h.send(.userPair(PairRequest(serviceUUIDs: [hr], adapter: SeveralAdaptersTests.adapterA)))
+        h.send(.candidateFound(Candidate(address: strap, name: "Strap", rssi: -50, serviceUUIDs: [hr])))
+        return h.send(.pairFailed(strap, call: h.lastPairCall!, failure)).pairingOutcome
+    }
+
+    @Test("a pairing refused at the limit says so, with how many are connected on the adapter and what to do")
+    func named() throws {
+        guard case .failed(let text)? = pairingFails(.connectionLimit) else { Issue.record("not a failure"); return }
+        #expect(text.hasPrefix("connection-limit: "))
+        #expect(text.contains("1 wearable(s) connected on it") && text.contains("pairctl disconnect") && text.contains("--adapter"))
+    }
+
+    @Test("5.66's abort-by-local with links up on the adapter: the limit named as a possible cause; without, the bare token")
+    func abortByLocal() throws {
+        guard case .failed(let text)? = pairingFails(.abortedByLocal) else { Issue.record("not a failure"); return }
+        #expect(text.hasPrefix("abort-by-local: ") && text.contains("1 wearable(s) already connected") && text.contains("limit of LE connections"))
+        #expect(pairingFails(.abortedByLocal, ringConnected: false) == .failed("abort-by-local"))
+    }
+}
