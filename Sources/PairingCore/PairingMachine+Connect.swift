@@ -68,11 +68,14 @@ extension PairingMachine {
             return
         }
         let verdict = ConnectFailureClassifier.classify(f, elapsed: now.since(startedAt), absentAfter: config.absentAfter)
-        if verdict == .transient, f == .abortedByLocal, countSetupFailure(i) {
+        // Refused at once: a wedged adapter if every wearable on it is (`+Wedge`), judged after this one's own step.
+        let refused = verdict == .transient && f == .abortedByLocal
+        if refused { wedge.refused[a] = now }
+        defer { if refused { checkWedged(adapter: slots[i].identity.adapterAddress ?? adapterInUse, now, &actions) } }
+        if refused, countSetupFailure(i) {
             // The wearable answered (no 40 s wait) yet the link never came up, again and again:
-            // on 5.66 this is how a wearable that forgot its bond looks (encryption fails), and
-            // a wedged adapter too, when every wearable on it does the same (`+Wedge`).
-            refusedUntilRepair(i, now, &actions)
+            // on 5.66 this is how a wearable that forgot its bond looks (encryption fails).
+            move(i, to: .needsRepair(reason: .suspectedBondLoss), now, &actions)
             return
         }
         switch verdict {

@@ -10,9 +10,10 @@ struct WedgeTests {
     let ring = Harness.ring
     static let adapterA = DeviceAddress("00:AA:01:00:00:00")!
 
-    func restored(_ devices: [DeviceAddress], cycles: Int = 2) -> Harness {
+    func restored(_ devices: [DeviceAddress], cycles: Int = 2, setupFailures: Int = 3) -> Harness {
         var config = MachineConfig()
         config.wedgePowerCycles = cycles
+        config.setupFailuresBeforeRepair = setupFailures
         var h = Harness(config: config, state: PersistedState(devices: devices.map { a in
             PersistedDevice(identity: DeviceIdentity(address: a, name: a == watch ? "Watch" : "Ring", adapter: "",
                                                      serviceUUIDs: [ServiceUUID.heartRate], adapterAddress: Self.adapterA),
@@ -44,7 +45,7 @@ struct WedgeTests {
 
     static func isWedgedWait(_ s: DeviceState?) -> Bool { s == .adapterUnavailable }
 
-    @Test("two wearables refused at once: both wait for the adapter (adapter-wedged, trusted again), one power cycle of it, not needsRepair")
+    @Test("two wearables refused at once, one refusal each: both wait for the adapter (adapter-wedged), one power cycle of it, never needsRepair")
     func twoRefusedPowerCycle() {
         var t = self
         var h = restored([watch, ring])
@@ -52,7 +53,8 @@ struct WedgeTests {
         #expect(Self.wedgeReports(out) == ["power-cycle 1/2 00:AA:01:00:00:00"])
         #expect(out.contains(.powerCycle(adapter: Self.adapterA)))
         #expect(h.state(watch) == .adapterUnavailable && h.state(ring) == .adapterUnavailable)
-        #expect(out.contains(.setTrusted(watch, true)) && out.contains(.setTrusted(ring, true)), "needsRepair untrusted them")
+        #expect(!out.contains { if case .setTrusted = $0 { true } else { false } }, "never needsRepair: never untrusted")
+        #expect(out.filter { if case .connect = $0 { true } else { false } }.count == 2, "one refused Connect() each was enough")
         #expect(out.contains { if case .report(let r) = $0 { r.device == watch && r.to == "adapterUnavailable" && r.reason == "adapter-wedged" } else { false } })
         // The power cycle: the adapter goes and comes back; both are brought back as after a restart.
         h.send(.adapterLost)
@@ -62,6 +64,17 @@ struct WedgeTests {
         _ = h.linkComesUp(watch)
         #expect(h.state(watch)?.isConnected == true)
         #expect(h.machine.wedge.cycles.isEmpty, "a connection on the adapter counts the power cycles from zero again")
+    }
+
+    @Test("one already sent to needsRepair by its refusals (SetupFailuresBeforeRepair = 1) is taken back when the other is refused too, and trusted again")
+    func fromNeedsRepair() {
+        var t = self
+        var h = restored([watch, ring], setupFailures: 1)
+        let out = t.refuseAll(&h) { h in Self.wedgeReports(h.log).count == 1 }
+        #expect(out.contains(.setTrusted(watch, false)), "the first refused went to needsRepair")
+        #expect(out.contains(.setTrusted(watch, true)), "needsRepair untrusted it; the adapter's return needs it trusted")
+        #expect(h.state(watch) == .adapterUnavailable && h.state(ring) == .adapterUnavailable)
+        #expect(out.contains(.powerCycle(adapter: Self.adapterA)))
     }
 
     @Test("a wedge that power cycles do not clear: exactly the cap's power cycles in a row, then the cap said once and no more; the wearables wait")
