@@ -31,7 +31,8 @@ connected and notifying; [Connection] WedgePowerCycles = 2 and short timers:
 
 BED_X_WEDGE_RESTART=1: after the wearables come back, restart paird (its start-up Connect()s
 meet the wedge), for a paird that waits passively on the kernel's auto-connect after a link
-loss (5.66 tells D-Bus nothing about the kernel's refused auto-connects)."""
+loss (5.66 tells D-Bus nothing about the kernel's refused auto-connects).
+BED_X_WEDGE_PARTS (default "abc"): which of (a), (b), (c) to run (step 0 always runs)."""
 import contextlib
 import os
 import signal
@@ -45,6 +46,7 @@ WEDGE_FILE = "/run/bed/wedge"
 BTVIRT_LOG = os.path.join(OUT, "btvirt.log")
 QUIET_S = int(os.environ.get("BED_X_QUIET_S", "20"))
 RESTART = os.environ.get("BED_X_WEDGE_RESTART", "0") == "1"
+PARTS = os.environ.get("BED_X_WEDGE_PARTS", "abc")   # which of (a) (b) (c) to run
 CONFIG = """[Connection]
 FallbackInterval = 5
 AutoConnectHeadStart = 1
@@ -212,6 +214,15 @@ def main():
         return [l for l in p.logtext().splitlines()[since:] if all(x in l.lower() for x in words)]
 
     # ---------------------------------------------------------- (a) soft wedge
+    if "a" in PARTS:
+        part_a(p, pw, ws, names, seen, power_offs, notifying, drop_and_return, wedge_lines)
+    if "b" in PARTS:
+        part_b(p, pw, ws, names, seen, power_offs, notifying, drop_and_return, wedge_lines)
+    if "c" in PARTS:
+        part_c(p, strap, ring, power_offs, drop_and_return, wedge_lines)
+
+
+def part_a(p, pw, ws, names, seen, power_offs, notifying, drop_and_return, wedge_lines):
     with step("(a) soft wedge; both links drop, both advertise again → each needsRepair (suspected-bond-loss) or adapterUnavailable"):
         wedge("soft")
         mark_w, mark_log, mark_b = len(complete_lines(pw)), len(p.logtext().splitlines()), len(btvirt_lines())
@@ -260,6 +271,8 @@ def main():
         log(f"MEASURED (a) links dropped → both notifying again: {t_back - t_drop:.2f} s")
         check(power_offs(t_drop) == 1, f"one power cycle: {power_offs(t_drop)}")
 
+
+def part_b(p, pw, ws, names, seen, power_offs, notifying, drop_and_return, wedge_lines):
     # ---------------------------------------------------------- (b) hard wedge: the cap
     with step("(b) hard wedge; both drop and return → paird power-cycles exactly twice, then says the cap is reached (btmgmt / unplug)"):
         wedge("hard")
@@ -284,10 +297,10 @@ def main():
         resets = [l for l in btvirt_lines()[mark_b:] if "does not clear a hard wedge" in l]
         check(len(resets) == 2, f"btvirt saw two HCI Resets under the hard wedge: {len(resets)}")
     with step(f"(b) no third power cycle, no state change in {QUIET_S} s; both adapterUnavailable"):
-        mark_q = len(complete_lines(pw))
         for w in ws:
             wait_for(lambda: seen.poll() and seen.state(w.address) == "adapterUnavailable", 10,
                      f"{names[w.address]} adapterUnavailable")
+        mark_q = len(complete_lines(pw))
         bed_sleep(QUIET_S, "a person has not acted yet: paird must not power-cycle again nor loop")
         seen.poll()
         check(power_offs(t_drop) == 2, f"still two power cycles: {power_offs(t_drop)}")
@@ -307,6 +320,8 @@ def main():
             p.wait_state("connected", 20, address=w.address)
         log(f"MEASURED (b) person's power cycle → both notifying: {now() - t:.2f} s")
 
+
+def part_c(p, strap, ring, power_offs, drop_and_return, wedge_lines):
     # ---------------------------------------------------------- (c) one wearable: no power cycle
     with step("(c) the ring unpaired; a soft wedge, the strap drops and returns → needsRepair (suspected-bond-loss), no power cycle"):
         rc, out, err = p.pairctl("unpair", ring.address)
