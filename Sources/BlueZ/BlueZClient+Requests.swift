@@ -16,8 +16,10 @@ extension BlueZClient {
     /// `Adapter1.Powered` (a power cycle's two halves) of the default adapter. BlueZ refuses
     /// `true` while rfkill blocks the adapter (`org.bluez.Error.Blocked`): paird never lifts a
     /// block a person set.
-    public func setAdapterPowered(_ on: Bool, reply: @escaping (BlueZFailure?) -> Void) {
-        guard let adapterPath, cache[adapterPath] != nil else {
+    /// `adapter`: the address of one of the adapters in use (nil: the default adapter).
+    public func setAdapterPowered(_ on: Bool, adapter: DeviceAddress? = nil, reply: @escaping (BlueZFailure?) -> Void) {
+        let chosen = adapter.map { a in presence.slots.lazy.compactMap(\.adapter.path).first { addressOf(adapter: $0) == a } } ?? adapterPath
+        guard let adapterPath = chosen, cache[adapterPath] != nil else {
             loop.enqueue { reply(.adapterUnavailable) }
             return
         }

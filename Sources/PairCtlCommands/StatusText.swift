@@ -116,8 +116,8 @@ enum StatusText {
                 let held = s.devices.filter { d in d.bondAdapter.map { b in a.address.map { $0.uppercased() == b.uppercased() } ?? false } ?? false }.count
                 lines += fit("adapter: ", [adapterName(a),
                                            a.present ? (a.powered ? (a.ready == false ? "powered, not ready yet" : "powered") : "powered off (bluetoothctl power on)")
-                                                     : "not present (unplugged? its wearables wait for it)",
-                                           "\(held) wearable(s) bonded on it"] + (k == 0 ? ["default for pairctl pair"] : []))
+                                                     : "not present (unplugged?)",
+                                           "\(held) wearable(s) bonded on it"] + (k == 0 ? ["the default"] : []))
             }
         } else if let a = s.adapter {
             lines += fit("adapter: ", [adapterName(a),

@@ -111,6 +111,9 @@ public struct DaemonConfig: Sendable, Equatable {
             case ("Connection", "ProofWindow"): c.machine.proofWindow = try seconds(1...3600)
             case ("Sleep", "ResumeDeadlineFloor"): c.machine.resumeDeadlineFloor = try seconds(1...3600); resumeLine = lineNo
             case ("Sleep", "ResumeDeadlineCeiling"): c.machine.resumeDeadlineCeiling = try seconds(1...3600); resumeLine = lineNo
+            case ("Connection", "WedgePowerCycles"):
+                guard let v = Int(value), (0...100).contains(v) else { throw fail("WedgePowerCycles must be a whole number in 0…100, got \"\(value)\"") }
+                c.machine.wedgePowerCycles = v
             case ("Sleep", "ResumePowerCycles"):
                 guard let v = Int(value), (0...100).contains(v) else { throw fail("ResumePowerCycles must be a whole number in 0…100, got \"\(value)\"") }
                 c.machine.resumePowerCycles = v
@@ -190,7 +193,7 @@ public struct DaemonConfig: Sendable, Equatable {
         "General": ["Adapter"],
         "Pairing": ["ScanTimeout", "PairTimeout"],
         "Connection": ["ConnectTimeout", "DiscoveryTimeout", "ResolveTimeout", "ResolveFloor", "LinkDownWait", "BackoffInitial", "BackoffMax", "FallbackInterval",
-                       "AutoConnectHeadStart", "AbsentAfter", "FastAttempts", "SetupFailuresBeforeRepair", "ProofWindow"],
+                       "AutoConnectHeadStart", "AbsentAfter", "FastAttempts", "SetupFailuresBeforeRepair", "ProofWindow", "WedgePowerCycles"],
         "Notifications": ["Subscribe", "Battery"],
         "Health": ["FirstDataTimeout", "SilencePeriods", "SilenceMinimum", "ProbeTimeout", "ResubscribesPerLink"],
         "Sleep": ["ResumeDeadlineFloor", "ResumeDeadlineCeiling", "ResumePowerCycles"],

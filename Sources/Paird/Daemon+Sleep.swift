@@ -71,24 +71,25 @@ extension Daemon {
         log.debug("logind: sleep inhibitor released (\(why))")
     }
 
-    /// The resume's last step (`ResumeStep.powerCycle`): Powered off, then on; the adapter's
-    /// return reconciles every wearable (`adapterReady`). Powered=true is tried three times, a
-    /// second apart: an adapter left off would be worse than the wedge it was meant to clear.
-    func powerCycleAdapter() {
-        bluez.setAdapterPowered(false) { [unowned self] failure in
+    /// The resume's last step (`ResumeStep.powerCycle`), or a wedged adapter's (`adapter`; nil:
+    /// the default adapter): Powered off, then on; the adapter's return reconciles every
+    /// wearable (`adapterReady`). Powered=true is tried three times, a second apart: an adapter
+    /// left off would be worse than the wedge it was meant to clear.
+    func powerCycleAdapter(_ adapter: DeviceAddress? = nil) {
+        bluez.setAdapterPowered(false, adapter: adapter) { [unowned self] failure in
             if let failure { log.warning("power cycle: Powered=false failed: \(failure.token); powering on anyway") }
-            powerOn(attempt: 1)
+            powerOn(adapter, attempt: 1)
         }
     }
 
-    private func powerOn(attempt: Int) {
-        bluez.setAdapterPowered(true) { [unowned self] failure in
+    private func powerOn(_ adapter: DeviceAddress?, attempt: Int) {
+        bluez.setAdapterPowered(true, adapter: adapter) { [unowned self] failure in
             guard let failure else { return log.log(.notice, "power cycle: the adapter is powered again") }
             guard attempt < 3 else {
                 return log.error("power cycle: Powered=true failed \(attempt) times (\(failure.token)): the adapter stays off; `bluetoothctl power on` or `pairctl doctor`")
             }
             log.warning("power cycle: Powered=true failed (\(failure.token)); again in 1 s")
-            loop.schedule(after: .seconds(1)) { [unowned self] in powerOn(attempt: attempt + 1) }
+            loop.schedule(after: .seconds(1)) { [unowned self] in powerOn(adapter, attempt: attempt + 1) }
         }
     }
 

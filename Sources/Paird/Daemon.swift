@@ -362,6 +362,8 @@ public final class Daemon {
             }
         case .powerCycleAdapter:
             powerCycleAdapter()
+        case .powerCycle(let adapter):
+            powerCycleAdapter(adapter)
         case .setTrusted(let a, let trusted):
             bluez.setTrusted(a, trusted) { [unowned self] failure in
                 if let failure { log.warning("setting Trusted=\(trusted) on \(a) failed: \(failure.token)") }

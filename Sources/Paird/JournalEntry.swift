@@ -27,6 +27,20 @@ struct JournalEntry {
             case .capReached?: message = "\(who) not back after the resume, nor any other: no power cycle, as many in a row brought nothing back (\(detail)); waiting"
             case nil: message = "after the resume: \(r.reason ?? "?")"
             }
+        case .adapterWedged:
+            let words = (r.reason ?? "").split(separator: " ")
+            let adapter = words.count > 2 ? String(words[2]) : "the adapter"
+            let count = words.count > 1 ? String(words[1]) : "?"
+            let done = count.split(separator: "/").first.map(String.init) ?? count
+            if words.first == "cap-reached" {
+                message = "adapter \(adapter) still refuses every wearable's connection after \(done) power cycle(s) in a row "
+                    + "([Connection] WedgePowerCycles = \(count.split(separator: "/").last.map(String.init) ?? "?")): "
+                    + "no more (paird cannot reset it further: that needs CAP_NET_ADMIN, which its unit does not have); "
+                    + "unplug and replug it, or `btmgmt --index N power off` then `power on`; its wearables wait for it"
+            } else {
+                message = "adapter \(adapter) refuses every wearable's connection at once (taken for wedged, not for lost bonds): "
+                    + "power-cycling it (\(count)); its wearables wait for it"
+            }
         case .linkLost: message = "\(who) link lost (\(r.reason ?? "unknown")), waiting for it to come back"
         case .needsRepair: message = "\(who) needs re-pairing (\(r.reason ?? "bond lost")): run pairctl pair \(r.device.map { "\($0)" } ?? "")"
         case .unpaired: message = "\(who) unpaired"
@@ -45,6 +59,7 @@ struct JournalEntry {
         case .linkLost, .adapterLost, .paired, .connected, .reconnected, .unpaired, .userDisconnected: priority = .notice
         case .stateChanged, .hostAsleep: priority = .info
         case .resumeEscalation: priority = Self.resumeStep(r) == .powerCycle ? .warning : .notice
+        case .adapterWedged: priority = .warning
         }
         fields = [
             ("PAIRD_DEVICE", r.device?.description ?? ""),

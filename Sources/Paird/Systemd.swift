@@ -63,6 +63,7 @@ public final class Log: @unchecked Sendable {
             case .characteristicMissing: "7d1f0c5be8a54d37a9e2b3c16f4a0d92"
             case .hostAsleep: "3c1e5b0a9d7f4e2b8a6c4d1f0e9b7a52"
             case .resumeEscalation: "3e3069e18e6b4d7aaa0801041fc877cd"
+            case .adapterWedged: "3f044b91c2474352a245329b3e2785a0"
             }
         }
     }

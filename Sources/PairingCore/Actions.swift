@@ -35,6 +35,8 @@ public enum Action: Sendable, Hashable {
     /// Adapter1.Powered false, then true: the last step after a resume that brought no wearable
     /// back (`PairingMachine+Sleep`), capped.
     case powerCycleAdapter
+    /// Power-cycle the adapter with this address (a wedged adapter: `PairingMachine+Wedge`).
+    case powerCycle(adapter: DeviceAddress)
 
     // bluetoothd and systemd.
     /// Ask systemd (`org.freedesktop.systemd1`) for `bluetooth.service`'s ActiveState, Result,
@@ -77,6 +79,9 @@ public struct Report: Sendable, Hashable {
         /// head start; at a wearable's learned deadline, away (others are back), or the adapter
         /// power-cycled, or that step's cap reached.
         case resumeEscalation
+        /// Every wanted wearable on an adapter failed at once as a lost bond would: the adapter is
+        /// taken for wedged (`reason`: `power-cycle k/N` or `cap-reached k/N`, then the adapter's address).
+        case adapterWedged
     }
 
     public var kind: Kind
@@ -308,6 +313,8 @@ public struct MachineConfig: Sendable, Hashable {
     /// Power cycles after resumes since a wearable last came back on its own in time, before
     /// paird stops trying them (until one does again); 0: never.
     public var resumePowerCycles: Int = 2
+    /// Power cycles of a wedged adapter in a row (no wearable connected on it in between); 0: never.
+    public var wedgePowerCycles: Int = 2
     /// A connect failure that took at least this long means nobody answered: the device is away.
     public var absentAfter: Duration = .seconds(20)
     /// Links in a row that come up but drop within `proofWindow` without the wearable ever

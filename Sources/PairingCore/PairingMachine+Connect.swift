@@ -70,8 +70,9 @@ extension PairingMachine {
         let verdict = ConnectFailureClassifier.classify(f, elapsed: now.since(startedAt), absentAfter: config.absentAfter)
         if verdict == .transient, f == .abortedByLocal, countSetupFailure(i) {
             // The wearable answered (no 40 s wait) yet the link never came up, again and again:
-            // on 5.66 this is how a wearable that forgot its bond looks (encryption fails).
-            move(i, to: .needsRepair(reason: .suspectedBondLoss), now, &actions)
+            // on 5.66 this is how a wearable that forgot its bond looks (encryption fails), and
+            // a wedged adapter too, when every wearable on it does the same (`+Wedge`).
+            refusedUntilRepair(i, now, &actions)
             return
         }
         switch verdict {

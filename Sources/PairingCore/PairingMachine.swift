@@ -53,6 +53,8 @@ public struct PairingMachine: Sendable {
     public internal(set) var bluetoothd = BluetoothdWatch()
     /// The host's sleeps (`PairingMachine+Sleep`): asleep now, and the last sleep with who was back when.
     public internal(set) var host = HostWatch()
+    /// Adapters taken for wedged, and their power cycles (`PairingMachine+Wedge`).
+    public internal(set) var wedge = WedgeWatch()
     /// The configured adapters' addresses, as first seen (`PersistedState.adapters`).
     public internal(set) var adapters: [PersistedAdapter] = []
 
@@ -227,7 +229,10 @@ public struct PairingMachine: Sendable {
             actions.append(.setTrusted(a, false))
             actions.append(.disconnect(a))
         }
-        if case .connected = new, !old.isConnected { linkSetUp(i, now, &actions) }
+        if case .connected = new, !old.isConnected {
+            linkSetUp(i, now, &actions)
+            wedgeCleared(i)
+        }
         if bluetoothd.onTrial == a, !new.isPursuing { endTrial(now, &actions) }
         let renamed = old.name != new.name
         if renamed { slots[i].since = now }

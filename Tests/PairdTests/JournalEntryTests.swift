@@ -34,6 +34,7 @@ struct JournalEntryTests {
             case .stateChanged, .hostAsleep: #expect(p == .info)
             case .paired, .connected, .reconnected, .linkLost, .unpaired, .userDisconnected, .adapterLost: #expect(p == .notice)
             case .resumeEscalation: #expect(p == .notice)
+            case .adapterWedged: #expect(p == .warning)
             }
         }
     }
@@ -64,6 +65,16 @@ struct JournalEntryTests {
         for (kind, id) in zip(Report.Kind.allCases, ids) {
             #expect(text.contains("-- \(id)\n"), "\(kind): \(id) not in systemd/paird.catalog")
         }
+    }
+
+    @Test("a wedged adapter: the power cycle and its count, then the cap with what a person can do")
+    func wedged() {
+        let cycle = JournalEntry(Report(kind: .adapterWedged, device: nil, reason: "power-cycle 1/2 00:AA:01:00:00:00"))
+        #expect(cycle.message == "adapter 00:AA:01:00:00:00 refuses every wearable's connection at once (taken for wedged, not for lost bonds): "
+            + "power-cycling it (1/2); its wearables wait for it")
+        let cap = JournalEntry(Report(kind: .adapterWedged, device: nil, reason: "cap-reached 2/2 00:AA:01:00:00:00")).message
+        #expect(cap.hasPrefix("adapter 00:AA:01:00:00:00 still refuses every wearable's connection after 2 power cycle(s) in a row ([Connection] WedgePowerCycles = 2): no more"), "\(cap)")
+        #expect(cap.contains("CAP_NET_ADMIN") && cap.contains("btmgmt"))
     }
 
     @Test("a missing characteristic names it and the way out, once")

@@ -50,6 +50,30 @@ struct StatusTextTests {
         }
     }
 
+    @Test("several adapters: a line each (present or not, how many bonds, the default), each wearable named with its own; one waiting for an unplugged one says so")
+    func severalAdapters() {
+        var strap = StatusDocument.Device(address: "F3:5A:B1:00:00:01", name: "Strap", state: "adapterUnavailable", wanted: "connected",
+                                          since: now.addingTimeInterval(-60), lastDisconnect: nil, reconnectAttempts: 0, battery: nil, services: [])
+        strap.bondAdapter = "00:AA:01:00:00:00"
+        var ring = StatusDocument.Device(address: "F3:5A:B1:00:00:03", name: "Ring", state: "connected", wanted: "connected",
+                                         since: now.addingTimeInterval(-60), lastDisconnect: nil, reconnectAttempts: 0, battery: nil, services: [])
+        ring.bondAdapter = "00:aa:01:02:00:02"
+        var doc = StatusDocument(daemon: .init(running: true), adapter: .init(name: "hci2", address: "00:AA:01:02:00:02", powered: true, present: true),
+                                 pairing: nil, devices: [strap, ring])
+        doc.adapters = [.init(name: "hci0", address: "00:AA:01:00:00:00", powered: false, present: false, ready: false, configured: "hci0"),
+                        .init(name: "hci2", address: "00:AA:01:02:00:02", powered: true, present: true, ready: true, configured: "hci2")]
+        let lines = StatusText.render(doc, now: now).split(separator: "\n").map(String.init)
+        #expect(lines[0] == "adapter: hci0 (00:AA:01:00:00:00), not present (unplugged?), 1 wearable(s) bonded on it, the default", "\(lines)")
+        #expect(lines[1] == "adapter: hci2 (00:AA:01:02:00:02), powered, 1 wearable(s) bonded on it", "\(lines)")
+        let text = lines.joined(separator: "\n")
+        #expect(text.contains("Strap F3:5A:B1:00:00:01: waiting for adapter hci0 (00:AA:01:00:00:00), which holds its bond"), "\(text)")
+        #expect(text.contains("Ring F3:5A:B1:00:00:03: connected, on hci2"), "\(text)")
+        #expect(doc.json().contains("\"adapters\""), "listed in --json")
+        var one = doc
+        one.adapters = nil
+        #expect(!one.json().contains("\"adapters\""), "one adapter configured: no list")
+    }
+
     @Test("every line of the longest status fits 100 columns, and nothing of it is lost")
     func fitsAHundredColumns() {
         var other = worstCase()
