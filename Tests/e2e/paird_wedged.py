@@ -55,9 +55,12 @@ PARTS = os.environ.get("BED_X_WEDGE_PARTS", "abc")   # which of (a) (b) (c) to r
 # is one (AutoConnectHeadStart); a refused one counts one setup failure and paird then waits on the
 # kernel's auto-connect, whose refusals 5.66 does not report on D-Bus (measured on the bed: with 2
 # the wearables stayed waitingForDevice, "1 connect attempt(s)", for 60 s under the wedge).
+# AutoConnectHeadStart = 4: with 1, paird's Connect() at the adapter's return raced the kernel's
+# auto-connect (bluetoothd: "connect … Permission denied (13)" → abort-by-local), which with
+# SetupFailuresBeforeRepair = 1 sent the strap to needsRepair on a working adapter (measured).
 CONFIG = """[Connection]
 FallbackInterval = 5
-AutoConnectHeadStart = 1
+AutoConnectHeadStart = 4
 SetupFailuresBeforeRepair = 1
 FastAttempts = 3
 BackoffInitial = 0.5
