@@ -15,54 +15,11 @@ adapter-gone drop per unplug, one bluetoothd-gone for the restart, no link loss.
 BED_X_REPLUGS (default 2) rounds."""
 import json
 import os
-import re
 import signal
 
 from bedlib import *
 
 REPLUGS = int(os.environ.get("BED_X_REPLUGS", "2"))
-
-
-def controllers():
-    """{index: address} of the controllers the kernel has (sysfs also lists links: hci0:42)."""
-    out = {}
-    for n in os.listdir("/sys/class/bluetooth"):
-        if re.fullmatch(r"hci\d+", n):
-            m = re.search(r"BD Address: ([0-9A-F:]{17})", sh(f"hciconfig {n}", check=False))
-            out[int(n[3:])] = m.group(1) if m else None
-    return out
-
-
-def btvirt_pid():
-    pids = sh("pidof btvirt", check=False).split()
-    check(len(pids) == 1, f"one btvirt running (pidof: {pids})")
-    return int(pids[0])
-
-
-class IndexHolder:
-    """A vhci of our own: `\\xff\\x00` creates a primary controller (hci_vhci.c: the vendor
-    packet, opcode 0x00) with the lowest free index. Nobody answers it: the kernel's HCI Reset
-    times out (`Opcode 0x0c03 failed: -110`), the controller never reaches mgmt (bluetoothd
-    does not see it), and it keeps its index until the fd is closed."""
-
-    def __init__(self, want):
-        def take():
-            fd = os.open("/dev/vhci", os.O_RDWR)
-            os.write(fd, b"\xff\x00")
-            rsp = os.read(fd, 4)
-            index = rsp[2] | rsp[3] << 8
-            if index == want:
-                return (fd, index)
-            os.close(fd)   # the unplugged index not free yet (its release is deferred)
-            return None
-        self.fd, self.index = wait_for(take, 10, f"a placeholder vhci holding index {want}", interval=0.2)
-        at_exit(self.close)
-        log(f"holding hci{self.index} with a placeholder vhci")
-
-    def close(self):
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
 
 
 @scenario

@@ -1024,7 +1024,7 @@ def bluez_adapters():
 # ------------------------------------------------------------------ a dongle unplugged and plugged back in
 # The bed's btvirt (btvirt/btvirt-replug.patch): `kill -USR2` unplugs controller 0 (hci0,
 # CENTRAL_ADDR) and, sent again, plugs it back in with the same address (README, "btvirt,
-# patched: a replug"). paird_replug has its own copies of these (written before they moved here).
+# patched: a replug").
 def controllers():
     """{index: address} of the controllers the kernel has (sysfs also lists links: hci0:42)."""
     out = {}
