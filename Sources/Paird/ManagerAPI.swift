@@ -8,11 +8,10 @@ import PairingCore
 /// whether it takes the request (`PairingMachine.refusal(of:)`), and feeds it as a user event.
 final class ManagerAPI {
     /// What the API needs of the daemon: a feed into the machine and sources for the status.
-    struct PairingAdapterRefusal: Error, ExpressibleByStringLiteral, ExpressibleByStringInterpolation {
+    struct PairingAdapterRefusal: Error, ExpressibleByStringLiteral {
         var text: String
         init(text: String) { self.text = text }
         init(stringLiteral value: String) { text = value }
-        init(stringInterpolation: DefaultStringInterpolation) { text = String(stringInterpolation: stringInterpolation) }
     }
 
     struct Backend {

@@ -254,6 +254,7 @@ public struct PairingMachine: Sendable {
         }
         slots.removeLast()
         slot[a] = nil
+        wedge.refused[a] = nil
     }
 
     static func reportKind(from old: DeviceState, to new: DeviceState) -> Report.Kind {
