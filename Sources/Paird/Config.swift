@@ -114,6 +114,11 @@ public struct DaemonConfig: Sendable, Equatable {
             case ("Connection", "WedgePowerCycles"):
                 guard let v = Int(value), (0...100).contains(v) else { throw fail("WedgePowerCycles must be a whole number in 0…100, got \"\(value)\"") }
                 c.machine.wedgePowerCycles = v
+            case ("Connection", "WedgeProbeInterval"):
+                // 0: never; otherwise at least 5 s.
+                let d = try seconds(0...86400)
+                guard d == .zero || d >= .seconds(5) else { throw fail("WedgeProbeInterval must be 0 (never) or a number of seconds in 5…86400, got \"\(value)\"") }
+                c.machine.wedgeProbeInterval = d
             case ("Sleep", "ResumePowerCycles"):
                 guard let v = Int(value), (0...100).contains(v) else { throw fail("ResumePowerCycles must be a whole number in 0…100, got \"\(value)\"") }
                 c.machine.resumePowerCycles = v
@@ -193,7 +198,7 @@ public struct DaemonConfig: Sendable, Equatable {
         "General": ["Adapter"],
         "Pairing": ["ScanTimeout", "PairTimeout"],
         "Connection": ["ConnectTimeout", "DiscoveryTimeout", "ResolveTimeout", "ResolveFloor", "LinkDownWait", "BackoffInitial", "BackoffMax", "FallbackInterval",
-                       "AutoConnectHeadStart", "AbsentAfter", "FastAttempts", "SetupFailuresBeforeRepair", "ProofWindow", "WedgePowerCycles"],
+                       "AutoConnectHeadStart", "AbsentAfter", "FastAttempts", "SetupFailuresBeforeRepair", "ProofWindow", "WedgePowerCycles", "WedgeProbeInterval"],
         "Notifications": ["Subscribe", "Battery"],
         "Health": ["FirstDataTimeout", "SilencePeriods", "SilenceMinimum", "ProbeTimeout", "ResubscribesPerLink"],
         "Sleep": ["ResumeDeadlineFloor", "ResumeDeadlineCeiling", "ResumePowerCycles"],

@@ -315,6 +315,12 @@ public struct MachineConfig: Sendable, Hashable {
     public var resumePowerCycles: Int = 2
     /// Power cycles of a wedged adapter in a row (no wearable connected on it in between); 0: never.
     public var wedgePowerCycles: Int = 2
+    /// While every wanted wearable on an adapter (two or more) waits on the kernel's auto-connect,
+    /// one of them gets a `Connect()` this often, to find a wedged adapter: BlueZ 5.66 reports
+    /// none of the auto-connect's refusals (`PairingMachine+Wedge`). It costs no extra radio (the
+    /// kernel's passive scan for the auto-connect runs anyway) but a wearable returning during
+    /// the probe's ~40 s may meet finding 15's stall (BENCHMARKS.md); 0: never.
+    public var wedgeProbeInterval: Duration = .seconds(900)
     /// A connect failure that took at least this long means nobody answered: the device is away.
     public var absentAfter: Duration = .seconds(20)
     /// Links in a row that come up but drop within `proofWindow` without the wearable ever

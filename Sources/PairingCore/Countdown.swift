@@ -6,6 +6,9 @@ public enum CountdownOwner: Sendable, Hashable, CustomStringConvertible {
     case bluetoothd
     /// The host's sleep (`HostWatch`): the deadline for the wearables' return after a resume.
     case host
+    /// One adapter, by address (`WedgeWatch`): when to ask a wearable waiting on the auto-connect
+    /// whether the adapter still makes links.
+    case adapter(DeviceAddress)
 
     public var description: String {
         switch self {
@@ -13,6 +16,7 @@ public enum CountdownOwner: Sendable, Hashable, CustomStringConvertible {
         case .pairing: "pairing"
         case .bluetoothd: "bluetoothd"
         case .host: "host"
+        case .adapter(let a): "adapter \(a)"
         }
     }
 }
@@ -35,6 +39,7 @@ public enum CountdownPurpose: String, Sendable, Hashable, CaseIterable {
     case unitQuery         // bluetoothd left: ask systemd again (it had not settled the unit)
     case bluetoothdStart   // bluetoothd crashed: start it again (bus activation) then
     case resumeDeadline    // the host woke up: a wearable linked at the sleep must be back by then, or the escalation goes on
+    case wedgeProbe        // every wearable on an adapter waits on the auto-connect: one Connect() then, to see whether the adapter refuses it
 }
 
 /// A countdown is data carried by the timed state that armed it. The runtime arms a timer for it

@@ -71,7 +71,13 @@ extension PairingMachine {
         // Refused at once: a wedged adapter if every wearable on it is (`+Wedge`), judged after this one's own step.
         let refused = verdict == .transient && f == .abortedByLocal
         if refused { wedge.refused[a] = now }
-        defer { if refused { checkWedged(adapter: slots[i].identity.adapterAddress ?? adapterInUse, now, &actions) } }
+        defer {
+            if refused {
+                let adapter = slots[i].identity.adapterAddress ?? adapterInUse
+                checkWedged(adapter: adapter, now, &actions)
+                probeAlongside(adapter: adapter, now, &actions)
+            }
+        }
         if refused, countSetupFailure(i) {
             // The wearable answered (no 40 s wait) yet the link never came up, again and again:
             // on 5.66 this is how a wearable that forgot its bond looks (encryption fails).
@@ -117,6 +123,8 @@ extension PairingMachine {
             bluetoothdCountdownFired(id, now, &actions)
         case .host:
             resumeDeadlineFired(id, now, &actions)
+        case .adapter(let adapter):
+            wedgeProbeDue(id, adapter: adapter, now, &actions)
         case .pairing:
             guard let p = pairing else { return }
             if case .scanning(let restart) = p.phase, restart.countdown.id == id {

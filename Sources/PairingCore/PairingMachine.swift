@@ -102,7 +102,10 @@ public struct PairingMachine: Sendable {
     public mutating func handle(_ event: Event, now: Moment, into actions: inout [Action]) {
         let start = actions.endIndex
         let autoConnectBefore = autoConnectUUIDs
-        defer { keepAutoConnectInStep(since: start, before: autoConnectBefore, &actions) }
+        defer {
+            keepAutoConnectInStep(since: start, before: autoConnectBefore, &actions)
+            keepWedgeProbes(now, &actions)
+        }
         switch event {
         case .adapterReady(let views): adapterReady(views, now, &actions)
         case .adapterIdentified(let configured, let address, let name): adapterIdentified(configured, address, name, now, &actions)
@@ -255,6 +258,7 @@ public struct PairingMachine: Sendable {
         slots.removeLast()
         slot[a] = nil
         wedge.refused[a] = nil
+        wedge.probed[a] = nil
     }
 
     static func reportKind(from old: DeviceState, to new: DeviceState) -> Report.Kind {

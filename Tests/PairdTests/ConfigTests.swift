@@ -93,6 +93,8 @@ struct ConfigTests {
             FastAttempts = 3
             SetupFailuresBeforeRepair = 4
             ProofWindow = 12
+            WedgePowerCycles = 1
+            WedgeProbeInterval = 300
             [Notifications]
             Subscribe = 2a37, 0x2A19
             Battery = no
@@ -114,6 +116,8 @@ struct ConfigTests {
         #expect(c.machine.fastAttempts == 3)
         #expect(c.machine.setupFailuresBeforeRepair == 4)
         #expect(c.machine.proofWindow == .seconds(12))
+        #expect(c.machine.wedgePowerCycles == 1)
+        #expect(c.machine.wedgeProbeInterval == .seconds(300))
         #expect(c.subscribe == [ServiceUUID.heartRateMeasurement, ServiceUUID.batteryLevel])
         #expect(c.battery == false)
     }
@@ -177,6 +181,8 @@ struct ConfigTests {
         ("[General]\nAdapter = hci0 wlan0\n", 2, "got \"wlan0\""),
         ("[Notifications]\nSubscribe = 2a37, nope\n", 2, "Subscribe: \"nope\" is not a UUID"),
         ("[Notifications]\nBattery = maybe\n", 2, "Battery must be yes or no"),
+        ("[Connection]\nWedgeProbeInterval = 2\n", 2, "WedgeProbeInterval must be 0 (never) or a number of seconds in 5…86400"),
+        ("[Connection]\nWedgeProbeInterval = -1\n", 2, "WedgeProbeInterval must be"),
         ("[General\n", 1, "malformed section header"),
         ("[General]\nAdapter\n", 2, "expected Key = value"),
     ])

@@ -235,6 +235,16 @@ struct PropertyTests {
             }
         }
 
+        // A wedge probe is armed only while two or more wanted wearables all wait for their return
+        // (one adapter here), and only for an adapter it names.
+        for id in h.armed.keys where id.purpose == .wedgeProbe {
+            let wanted = h.machine.devices.values.filter { $0.wanted == .connected }
+            if case .adapter = id.owner {} else { fail("a wedge probe owned by \(id.owner)") }
+            if wanted.count < 2 || !wanted.allSatisfy({ if case .waitingForDevice = $0.state { true } else { false } }) || h.machine.host.asleep {
+                fail("wedge probe \(id) armed with \(wanted.map { "\($0.address) \($0.state.name)" })")
+            }
+        }
+
         // Every document the runtime would write decodes back to itself.
         if actions.contains(.persist) {
             let doc = h.machine.persistedState()

@@ -29,11 +29,15 @@ struct WedgeTests {
     mutating func refuseAll(_ h: inout Harness, until: (Harness) -> Bool) -> [Action] {
         var all: [Action] = []
         for _ in 0..<200 where !until(h) {
-            let out = h.fireNext()
+            var out = h.fireNext()
             all += out
             if out.isEmpty && h.armed.isEmpty { break }
-            for case .connect(let a, _, _) in out {
-                all += h.connectFailed(a, .abortedByLocal, after: .seconds(1))
+            // A refusal may ask others at once (`probeAlongside`): theirs are refused too.
+            while let a = out.lazy.compactMap({ if case .connect(let a, _, _) = $0 { a } else { nil } }).first {
+                out.removeFirst(out.firstIndex { if case .connect = $0 { true } else { false } }! + 1)
+                let more = h.connectFailed(a, .abortedByLocal, after: .seconds(1))
+                all += more
+                out += more
             }
         }
         return all
@@ -143,5 +147,98 @@ struct WedgeTests {
         out += t.refuseAll(&h) { h in h.state(ring) == .needsRepair(reason: .suspectedBondLoss) }
         #expect(h.state(ring) == .needsRepair(reason: .suspectedBondLoss))
         #expect(Self.wedgeReports(out).isEmpty)
+    }
+
+    // MARK: The blind spot after a link loss: the probe
+
+    /// Both connected (the auto-connect armed for both), then both links lost: both wait on the
+    /// kernel's auto-connect, which tells paird nothing when the adapter refuses it.
+    func bothAway(probe: Duration = .seconds(900), wearables: [DeviceAddress]? = nil) -> Harness {
+        var config = MachineConfig()
+        config.wedgeProbeInterval = probe
+        let all = wearables ?? [watch, ring]
+        var h = Harness(config: config, state: PersistedState(devices: all.map { a in
+            PersistedDevice(identity: DeviceIdentity(address: a, name: a == watch ? "Watch" : "Ring", adapter: "",
+                                                     serviceUUIDs: [ServiceUUID.heartRate], adapterAddress: Self.adapterA),
+                            wanted: .connected, pairedAt: 0, updatedAt: 0)
+        }))
+        h.send(.adapterInUse(Self.adapterA))
+        h.send(.autoConnectArmed(Set(all)))
+        h.send(.adapterReady(Dictionary(uniqueKeysWithValues: all.map { ($0, BlueZDeviceView(connected: true, servicesResolved: true)) })))
+        for a in all { h.send(.setUpLinkFinished(a, failure: nil)) }
+        precondition(all.allSatisfy { h.state($0)?.isConnected == true })
+        h.advance(.seconds(30))
+        for a in all { h.send(.linkDown(a, linkLoss)) }
+        precondition(all.allSatisfy { h.state($0) == .waitingForDevice(.onAutoConnect) })
+        return h
+    }
+
+    static func probes(_ h: Harness) -> [Countdown] {
+        h.armed.values.filter { $0.id.purpose == .wedgeProbe }
+    }
+
+    @Test("both away on the auto-connect, the adapter wedged: one probe Connect() after WedgeProbeInterval, refused at once → the other asked at once → refused → the power cycle; whole action lists")
+    func probeFindsWedge() throws {
+        var h = bothAway()
+        let probe = try #require(Self.probes(h).first)
+        #expect(Self.probes(h).count == 1 && probe.id.owner == .adapter(Self.adapterA))
+        #expect(probe.deadline == h.now + .seconds(900), "armed when the last of them came to wait")
+        let fired = h.fireNext()
+        let watchCall = try #require(h.lastConnectCall[watch])
+        let watchCountdown = try #require(h.state(watch)?.countdown)
+        let next = try #require(Self.probes(h).first)
+        #expect(fired == [.arm(watchCountdown), .connect(watch, call: watchCall, timeout: h.machine.config.connectTimeout), .arm(next)],
+                "the first by address, one Connect(); the next probe armed")
+        #expect(next.deadline == h.now + .seconds(900))
+        let refused = h.connectFailed(watch, .abortedByLocal, after: .milliseconds(70))
+        let ringCall = try #require(h.lastConnectCall[ring])
+        let ringCountdown = try #require(h.state(ring)?.countdown)
+        let watchWait = try #require(h.state(watch))
+        #expect(watchWait == .waitingForDevice(.onAutoConnect))
+        #expect(refused == [.cancel(watchCountdown.id), .arm(ringCountdown), .connect(ring, call: ringCall, timeout: h.machine.config.connectTimeout)],
+                "refused at once: back on the auto-connect, the ring asked at once")
+        let wedged = h.connectFailed(ring, .abortedByLocal, after: .milliseconds(70))
+        #expect(wedged == [
+            .cancel(ringCountdown.id),
+            .report(Report(kind: .adapterLost, device: watch, name: "Watch", from: "waitingForDevice", to: "adapterUnavailable", reason: "adapter-wedged")),
+            .report(Report(kind: .adapterLost, device: ring, name: "Ring", from: "waitingForDevice", to: "adapterUnavailable", reason: "adapter-wedged")),
+            .report(Report(kind: .adapterWedged, device: nil, reason: "power-cycle 1/2 00:AA:01:00:00:00")),
+            .powerCycle(adapter: Self.adapterA),
+            .cancel(next.id),
+        ])
+        #expect(Self.probes(h).isEmpty, "nobody waits on the auto-connect: no probe")
+    }
+
+    @Test("both away, the adapter fine: the probe takes an absent wearable's whole window, nobody else is asked, and the next probe goes to the other one")
+    func probeAwayTakesTurns() throws {
+        var h = bothAway()
+        var probed: [DeviceAddress] = []
+        for _ in 0..<4 {
+            let out = h.fireNext()
+            for case .connect(let a, _, _) in out {
+                probed.append(a)
+                let after = h.connectFailed(a, .abortedByLocal, after: .seconds(40))
+                #expect(after.connects() == 0, "an absent wearable's failure asks nobody else")
+            }
+        }
+        #expect(probed == [watch, ring, watch, ring])
+        #expect(h.state(watch) == .waitingForDevice(.onAutoConnect) && h.state(ring) == .waitingForDevice(.onAutoConnect))
+        #expect(h.log.reports(.adapterWedged).isEmpty)
+        _ = h.linkComesUp(ring)
+        #expect(Self.probes(h).isEmpty, "one is back: the adapter makes links, no probe")
+    }
+
+    @Test("no probe: one wearable alone; one of two connected; WedgeProbeInterval = 0; while the host sleeps")
+    func noProbe() {
+        #expect(Self.probes(bothAway(wearables: [watch])).isEmpty)
+        #expect(Self.probes(bothAway(probe: .zero)).isEmpty)
+        var h = bothAway()
+        _ = h.linkComesUp(watch)
+        #expect(Self.probes(h).isEmpty)
+        h.send(.linkDown(watch, linkLoss))
+        #expect(Self.probes(h).count == 1)
+        let out = h.send(.hostSleeping)
+        #expect(Self.probes(h).isEmpty && out.contains { if case .cancel(let id) = $0 { id.purpose == .wedgeProbe } else { false } })
+        #expect(h.log.connects() == 0)
     }
 }
