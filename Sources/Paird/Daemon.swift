@@ -306,6 +306,12 @@ public final class Daemon {
         actions.removeAll(keepingCapacity: true)
         machine.handle(event, now: now, into: &actions)
         let batch = actions
+        if case .countdownFired(let id) = event, id.purpose == .wedgeProbe, case .adapter(let adapter) = id.owner {
+            for case .connect(let a, _, _) in batch {
+                log.info("wedge probe: Connect() to \(a) (every wanted wearable on adapter \(adapter) waits on the kernel's auto-connect, "
+                         + "whose refusals BlueZ does not report; [Connection] WedgeProbeInterval)")
+            }
+        }
         for action in batch {
             if let input = HistoryRecorder.input(for: action) { record(input, now: now) }
             perform(action, now: now)

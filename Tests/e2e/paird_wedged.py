@@ -15,26 +15,27 @@ hci2 (Bumble, its own drops and drain off).
    printed; `btmgmt --index 0 power off` + `power on` clears it (btvirt: "cleared by HCI
    Reset"; the pairings that follow connect).
 paird, with two wearables paired on hci0 (`pairctl pair --service 180d --name …`), both
-connected and notifying; [Connection] WedgePowerCycles = 2 and short timers:
-(a) soft wedge; both links drop (walk-away) and both advertise again (come-back): each passes
-    through needsRepair (suspected-bond-loss) or goes adapterUnavailable directly; paird says the
-    adapter is wedged and power-cycles it (log: "wedged" + "power-cycl"; Adapter1.Powered
-    false → true on D-Bus); btvirt: "cleared by HCI Reset"; both back, connected and notifying,
-    with no pairctl command. MEASURED: links dropped → both notifying again.
+connected and notifying; [Connection] WedgePowerCycles = 2, WedgeProbeInterval = 8 and short
+timers. paird is never restarted in (a) and (b): after the links drop, both wearables wait on the
+kernel's auto-connect, whose refusals BlueZ 5.66 tells D-Bus nothing of (mgmt Connect Failed,
+status Busy, goes to bluetoothd only); paird finds the wedge with its probe (one Connect() every
+WedgeProbeInterval while every wearable on the adapter waits so; a refusal at once asks the
+other at once).
+(a) soft wedge; both links drop (walk-away) and both advertise again (come-back): paird's log
+    says "wedge probe: Connect()"; each passes through needsRepair (suspected-bond-loss) or goes
+    adapterUnavailable directly; paird says the adapter is wedged and power-cycles it (log:
+    "wedged" + "power-cycl"; Adapter1.Powered false → true on D-Bus); btvirt: "cleared by HCI
+    Reset"; both back, connected and notifying, with no pairctl command. MEASURED: links dropped
+    → paird's probe, and → both notifying again.
 (b) hard wedge, the same: paird power-cycles exactly twice (Powered=false seen twice; btvirt:
     two "HCI Reset does not clear a hard wedge"), then says the cap is reached and what a person
     must run (btmgmt / unplug); no third power cycle and no state change in the next
     BED_X_QUIET_S (20) s, both adapterUnavailable. Then the wedge is lifted (the signal) and a
     person power-cycles (`bluetoothctl power off`, `power on`): both back and notifying.
-(c) only the strap paired (the ring unpaired), a soft wedge: needsRepair (suspected-bond-loss)
-    and no power cycle (one wearable's lost bond and a wedged adapter look the same to paird).
-
-After the wearables come back, paird is restarted (its start-up Connect()s meet the wedge): after
-a link loss paird waits passively on the kernel's auto-connect, and BlueZ 5.66 tells D-Bus
-nothing of the kernel's refused auto-connects (mgmt Connect Failed, status Busy), so paird alone
-never sees the wedge. In (a) paird is first left to itself BED_X_PASSIVE_S (10) s: what it did is
-printed (MEASURED). BED_X_WEDGE_NO_RESTART=1: no restart (the scenario then shows whether paird
-finds the wedge by itself).
+(c) only the strap paired (the ring unpaired), a soft wedge, the strap drops and returns: no
+    probe for one wearable in BED_X_PASSIVE_S (10) s (longer than WedgeProbeInterval); then paird
+    is restarted (its start-up Connect() meets the wedge): needsRepair (suspected-bond-loss) and
+    no power cycle (one wearable's lost bond and a wedged adapter look the same to paird).
 BED_X_WEDGE_PARTS (default "abc"): which of (a), (b), (c) to run (step 0 always runs)."""
 import contextlib
 import os
@@ -48,7 +49,6 @@ HR = HR_MEAS
 WEDGE_FILE = "/run/bed/wedge"
 BTVIRT_LOG = os.path.join(OUT, "btvirt.log")
 QUIET_S = int(os.environ.get("BED_X_QUIET_S", "20"))
-NO_RESTART = os.environ.get("BED_X_WEDGE_NO_RESTART", "0") == "1"
 PASSIVE_S = int(os.environ.get("BED_X_PASSIVE_S", "10"))
 PARTS = os.environ.get("BED_X_WEDGE_PARTS", "abc")   # which of (a) (b) (c) to run
 # SetupFailuresBeforeRepair = 1: paird's own Connect() after a (re)start or the adapter's return
@@ -67,6 +67,7 @@ BackoffInitial = 0.5
 BackoffMax = 2
 AbsentAfter = 10
 WedgePowerCycles = 2
+WedgeProbeInterval = 8
 """
 
 
@@ -215,7 +216,7 @@ def main():
     with step("both connected and notifying"):
         notifying(len(complete_lines(pw)), deadline=20)
 
-    def drop_and_return(who, passive=0):
+    def drop_and_return(who, passive=0, restart=False):
         """The links drop (walk-away: HCI_Disconnect 0x08 from the wearable) and the wearables advertise again."""
         for w in who:
             seq = w.last_seq()
@@ -224,14 +225,12 @@ def main():
         for w in who:
             w.cmd("come-back")
         if passive:
-            # What paird does on its own with the wearables back and the kernel's auto-connects
-            # refused (5.66 tells D-Bus nothing of those): MEASURED, then the restart.
+            # A window in which paird must not probe (one wearable): what it did is printed.
             t, b = now(), len(btvirt_lines())
-            bed_sleep(passive, "paird left to itself after the wearables came back")
-            log(f"MEASURED passive {passive} s: states {[(names[w.address], p.state(w.address)) for w in who]}, "
-                f"btvirt refusals {sum(1 for l in btvirt_lines()[b:] if 'refused 0x' in l)}, "
-                f"paird Connect() calls {len([l for l in open(os.path.join(OUT, 'dbus-monitor.log'), errors='replace') if 'member=Connect' in l and 'org.bluez.Device1' in l])} (whole run)")
-        if not NO_RESTART:
+            bed_sleep(passive, "one wearable waiting on the auto-connect: paird must not probe")
+            log(f"passive {passive} s: states {[(names[w.address], p.state(w.address)) for w in who]}, "
+                f"btvirt refusals {sum(1 for l in btvirt_lines()[b:] if 'refused 0x' in l)}")
+        if restart:
             log("paird restarted: its start-up Connect()s meet the wedge")
             p.restart()
 
@@ -252,7 +251,10 @@ def part_a(p, pw, ws, names, seen, power_offs, notifying, drop_and_return, wedge
         wedge("soft")
         mark_w, mark_log, mark_b = len(complete_lines(pw)), len(p.logtext().splitlines()), len(btvirt_lines())
         t_drop = now()
-        drop_and_return(ws, passive=PASSIVE_S)
+        drop_and_return(ws)
+        probe = wait_for(lambda: wedge_lines(mark_log, "wedge probe: connect()"), 40, "paird's log: wedge probe: Connect()")
+        log(f"  paird | {probe[0]}")
+        log(f"MEASURED (a) links dropped → paird's probe: {now() - t_drop:.2f} s (WedgeProbeInterval = 8)")
 
         def both_marked():
             seen.poll()
@@ -354,7 +356,8 @@ def part_c(p, strap, ring, power_offs, drop_and_return, wedge_lines):
         wedge("soft")
         mark_log, mark_b = len(p.logtext().splitlines()), len(btvirt_lines())
         t_drop = now()
-        drop_and_return((strap,))
+        drop_and_return((strap,), passive=PASSIVE_S, restart=True)
+        check(not wedge_lines(mark_log, "wedge probe"), "no wedge probe for one wearable")
         d = p.wait_state("needsRepair", 60, address=strap.address)
         check(d.get("repairReason") == "suspected-bond-loss", f"repairReason suspected-bond-loss: {d.get('repairReason')}")
         bed_sleep(QUIET_S / 2, "paird must not power-cycle for one wearable")
