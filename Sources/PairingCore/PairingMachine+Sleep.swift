@@ -70,11 +70,11 @@ extension PairingMachine {
         actions.append(.arm(c))
     }
 
-    /// A wearable linked at the sleep is past its deadline and not back. If another one is back,
-    /// the adapter works: this one is away, and waits as any away wearable (no escalation). If
-    /// none is, the adapter is power-cycled once for this resume, unless `resumePowerCycles`
-    /// resumes were power-cycled since a wearable last came back on its own: then paird says so
-    /// and waits.
+    /// A wearable linked at the sleep is past its deadline and not back. If another one on its
+    /// adapter is back, the adapter works: this one is away, and waits as any away wearable (no
+    /// escalation). If none is, its adapter is power-cycled (with several, each adapter that
+    /// brought none back) once for this resume, unless `resumePowerCycles` resumes were
+    /// power-cycled since a wearable last came back on its own: then paird says so and waits.
     mutating func resumeDeadlineFired(_ id: Countdown.ID, _ now: Moment, _ actions: inout [Action]) {
         guard host.deadline?.id == id, var s = host.lastSleep, let woke = s.resumedAt else { return }
         host.deadline = nil
@@ -83,20 +83,36 @@ extension PairingMachine {
         host.lastSleep = s
         let stillWanted = late.filter { a in slot[a].map { slots[$0].wanted == .connected && slots[$0].state.isPursuing } ?? false }
         if !stillWanted.isEmpty, !host.asleep {
-            if !s.backTimes.isEmpty || !adapterUp || s.poweredCycled {
-                // Another one is back (the adapter works), the adapter is away on its own path,
-                // or this resume had its power cycle already.
-                for a in stillWanted { escalate(.away, device: a, now, &actions) }
+            // Late on an adapter where another one is back: that adapter works, they are away.
+            let working = Set(s.backTimes.keys.map(ownAdapter))
+            let unaided = stillWanted.filter { !working.contains(ownAdapter($0)) }
+            for a in stillWanted where !unaided.contains(a) { escalate(.away, device: a, now, &actions) }
+            if unaided.isEmpty {
+                // every late one's adapter works
+            } else if !adapterUp || s.poweredCycled {
+                // The adapter is away on its own path, or this resume had its power cycle already.
+                for a in unaided { escalate(.away, device: a, now, &actions) }
             } else if host.powerCyclesInVain >= config.resumePowerCycles {
-                escalate(.capReached, device: stillWanted.first, now, &actions)
+                escalate(.capReached, device: unaided.first, now, &actions)
             } else {
                 host.lastSleep?.poweredCycled = true
                 host.powerCyclesInVain += 1
-                escalate(.powerCycle, device: stillWanted.first, now, &actions)
-                actions.append(.powerCycleAdapter)
+                escalate(.powerCycle, device: unaided.first, now, &actions)
+                // Each adapter that brought none of its wearables back; with one adapter, it.
+                let adapters = Set(unaided.map(ownAdapter))
+                if upAdapters.count > 1, adapters.allSatisfy({ $0 != nil }) {
+                    for adapter in adapters.compactMap({ $0 }).sorted() { actions.append(.powerCycle(adapter: adapter)) }
+                } else {
+                    actions.append(.powerCycleAdapter)
+                }
             }
         }
         armResumeDeadline(now, &actions)
+    }
+
+    /// The adapter wearable `a` belongs to: its bond's, else the one in use.
+    func ownAdapter(_ a: DeviceAddress) -> DeviceAddress? {
+        slot[a].flatMap { slots[$0].identity.adapterAddress } ?? adapterInUse
     }
 
     static func tenths(_ d: Duration) -> String {

@@ -117,6 +117,46 @@ struct SeveralAdaptersTests {
         h.send(.adapterGone(Self.adapterB))
         #expect(h.machine.pairing == nil, "B's loss ends it")
     }
+
+    // MARK: After the host's resume
+
+    /// Both connected on their adapters, the host sleeps 10 minutes and resumes.
+    func slept() -> Harness {
+        var h = bothUp()
+        for a in [watch, ring] { h.send(.linkProven(a)); h.send(.setUpLinkFinished(a, failure: nil)) }
+        precondition(h.state(watch)?.isConnected == true && h.state(ring)?.isConnected == true)
+        for a in h.send(.hostSleeping) { if case .disconnect(let d) = a { h.send(.linkDown(d, linkLoss)) } }
+        h.advance(.seconds(600))
+        h.send(.hostResumed)
+        return h
+    }
+
+    mutating func fireResumeDeadline(_ h: inout Harness) throws -> [Action] {
+        let c = try #require(h.armed.values.first { $0.id.purpose == .resumeDeadline })
+        h.now = c.deadline
+        h.armed[c.id] = nil
+        return h.send(.countdownFired(c.id))
+    }
+
+    @Test("after a resume the watch is back on A, the ring not on B: only B is power-cycled (the watch shows A works)")
+    func resumePowerCyclesTheSilentAdapter() throws {
+        var t = self
+        var h = slept()
+        _ = h.linkComesUp(watch)
+        let out = try t.fireResumeDeadline(&h)
+        #expect(out.filter { if case .powerCycle = $0 { true } else { false } } == [.powerCycle(adapter: Self.adapterB)])
+        #expect(!out.contains(.powerCycleAdapter))
+        #expect(out.reports(.resumeEscalation).map(\.reason) == ["power-cycle 1/2 after 60.0 s (deadline 60.0 s)"])
+    }
+
+    @Test("after a resume neither is back: both adapters power-cycled, once, one escalation step")
+    func resumePowerCyclesBoth() throws {
+        var t = self
+        var h = slept()
+        let out = try t.fireResumeDeadline(&h)
+        #expect(out.filter { if case .powerCycle = $0 { true } else { false } } == [.powerCycle(adapter: Self.adapterA), .powerCycle(adapter: Self.adapterB)])
+        #expect(out.reports(.resumeEscalation).count == 1)
+    }
 }
 
 /// The controller's limit on LE connections (issue 32, part 3). Neither BlueZ 5.66 nor the
