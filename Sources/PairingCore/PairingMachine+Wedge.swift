@@ -52,6 +52,8 @@ extension PairingMachine {
     /// `wedgeProbeInterval` after they all came to wait, again after each probe); any other has
     /// none. Not while the host sleeps, nor for an adapter that is not ready.
     mutating func keepWedgeProbes(_ now: Moment, _ actions: inout [Action]) {
+        // Nothing waits on the auto-connect, nothing armed: nothing to do (the common step).
+        if autoConnectArmed.isEmpty && wedge.probes.isEmpty { return }
         var due: Set<DeviceAddress> = []
         if config.wedgeProbeInterval > .zero, adapterUp, !host.asleep {
             var count: [DeviceAddress: (all: Int, waiting: Int, onAutoConnect: Int)] = [:]
