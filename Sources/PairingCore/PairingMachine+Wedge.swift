@@ -24,7 +24,7 @@
 extension PairingMachine {
     mutating func checkWedged(adapter: DeviceAddress?, _ now: Moment, _ actions: inout [Action]) {
         guard let adapter else { return }
-        let on = slots.indices.filter { slots[$0].wanted == .connected && (slots[$0].identity.adapterAddress ?? adapterInUse) == adapter }
+        let on = wantedOn(adapter)
         guard on.count >= 2, on.allSatisfy({ i in
             guard slots[i].state.link == nil, slots[i].state != .adapterUnavailable, let at = wedge.refused[slots[i].address] else { return false }
             return now.since(at) <= WedgeWatch.window
@@ -89,10 +89,7 @@ extension PairingMachine {
     mutating func wedgeProbeDue(_ id: Countdown.ID, adapter: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
         guard wedge.probes[adapter]?.id == id else { return } // stale: ignored
         wedge.probes[adapter] = nil
-        let waiting = slots.indices.filter {
-            slots[$0].wanted == .connected && (slots[$0].identity.adapterAddress ?? adapterInUse) == adapter
-                && slots[$0].state == .waitingForDevice(.onAutoConnect)
-        }
+        let waiting = wantedOn(adapter).filter { slots[$0].state == .waitingForDevice(.onAutoConnect) }
         func key(_ i: Int) -> (Int64, DeviceAddress) {
             (wedge.probed[slots[i].address]?.uptimeNanoseconds ?? .min, slots[i].address)
         }
@@ -106,7 +103,7 @@ extension PairingMachine {
     /// `window` gets a `Connect()` now: the auto-connect would not tell paird of its refusals.
     mutating func probeAlongside(adapter: DeviceAddress?, _ now: Moment, _ actions: inout [Action]) {
         guard let adapter, config.wedgeProbeInterval > .zero, adapterUp, !host.asleep else { return }
-        let on = slots.indices.filter { slots[$0].wanted == .connected && (slots[$0].identity.adapterAddress ?? adapterInUse) == adapter }
+        let on = wantedOn(adapter)
         guard on.count >= 2, on.allSatisfy({ slots[$0].state.link == nil }) else { return }
         for i in on.sorted(by: { slots[$0].address < slots[$1].address }) {
             switch slots[i].state {
@@ -120,6 +117,11 @@ extension PairingMachine {
                 continue
             }
         }
+    }
+
+    /// The slots of the wanted wearables on `adapter` (their bond's, else the one in use).
+    func wantedOn(_ adapter: DeviceAddress) -> [Int] {
+        slots.indices.filter { slots[$0].wanted == .connected && (slots[$0].identity.adapterAddress ?? adapterInUse) == adapter }
     }
 
     /// A wearable connected: its adapter works, its power cycles count from zero again.
