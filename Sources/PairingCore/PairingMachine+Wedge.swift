@@ -50,12 +50,13 @@ extension PairingMachine {
     /// At the end of every step: an adapter whose wanted wearables (two or more) all wait for
     /// their return, one at least on the kernel's auto-connect, has a probe countdown (armed
     /// `wedgeProbeInterval` after they all came to wait, again after each probe); any other has
-    /// none. Not while the host sleeps, nor for an adapter that is not ready.
+    /// none. Not while the host sleeps, nor for an adapter that is not ready, nor while a pairing
+    /// runs (its scan and `Pair()` are not to meet a probe's `Connect()`).
     mutating func keepWedgeProbes(_ now: Moment, _ actions: inout [Action]) {
         // Nothing waits on the auto-connect, nothing armed: nothing to do (the common step).
         if autoConnectArmed.isEmpty && wedge.probes.isEmpty { return }
         var due: Set<DeviceAddress> = []
-        if config.wedgeProbeInterval > .zero, adapterUp, !host.asleep {
+        if config.wedgeProbeInterval > .zero, adapterUp, !host.asleep, pairing == nil {
             var count: [DeviceAddress: (all: Int, waiting: Int, onAutoConnect: Int)] = [:]
             for d in slots where d.wanted == .connected {
                 guard let adapter = d.identity.adapterAddress ?? adapterInUse else { continue }

@@ -228,7 +228,7 @@ struct WedgeTests {
         #expect(Self.probes(h).isEmpty, "one is back: the adapter makes links, no probe")
     }
 
-    @Test("no probe: one wearable alone; one of two connected; WedgeProbeInterval = 0; while the host sleeps")
+    @Test("no probe: one wearable alone; one of two connected; WedgeProbeInterval = 0; while a pairing runs; while the host sleeps")
     func noProbe() {
         #expect(Self.probes(bothAway(wearables: [watch])).isEmpty)
         #expect(Self.probes(bothAway(probe: .zero)).isEmpty)
@@ -237,6 +237,10 @@ struct WedgeTests {
         #expect(Self.probes(h).isEmpty)
         h.send(.linkDown(watch, linkLoss))
         #expect(Self.probes(h).count == 1)
+        h.send(.userPair(PairRequest(address: nil)))
+        #expect(h.machine.pairing != nil && Self.probes(h).isEmpty, "a pairing runs: no probe")
+        h.send(.userCancelPairing)
+        #expect(h.machine.pairing == nil && Self.probes(h).count == 1)
         let out = h.send(.hostSleeping)
         #expect(Self.probes(h).isEmpty && out.contains { if case .cancel(let id) = $0 { id.purpose == .wedgeProbe } else { false } })
         #expect(h.log.connects() == 0)
