@@ -85,6 +85,11 @@ extension Daemon {
     private func powerOn(_ adapter: DeviceAddress?, attempt: Int) {
         bluez.setAdapterPowered(true, adapter: adapter) { [unowned self] failure in
             guard let failure else { return log.log(.notice, "power cycle: the adapter is powered again") }
+            if failure.rfkillBlocked {
+                // Set between the two halves of the cycle (paird power-cycles only a ready adapter).
+                return log.warning("power cycle: rfkill blocks the adapter (\(failure.token)): paird does not lift a block "
+                                   + "a person or a switch set; `rfkill unblock bluetooth` if it was not meant, and paird brings the wearables back")
+            }
             guard attempt < 3 else {
                 return log.error("power cycle: Powered=true failed \(attempt) times (\(failure.token)): the adapter stays off; `bluetoothctl power on` or `pairctl doctor`")
             }

@@ -73,6 +73,13 @@ public enum BlueZFailure: Sendable, Hashable {
         }
     }
 
+    /// `Adapter1.Powered = true` refused because rfkill blocks the adapter: BlueZ 5.66 answers
+    /// `org.bluez.Error.Blocked` (mgmt status RFKILLED; `src/adapter.c`, and `PowerState` becomes
+    /// `off-blocked`). A block is a person's or a switch's: paird never lifts it.
+    public var rfkillBlocked: Bool {
+        if case .other(let name, _) = self { name == "org.bluez.Error.Blocked" } else { false }
+    }
+
     /// A short token for logs, status and the journal's `PAIRD_REASON=`.
     public var token: String {
         switch self {

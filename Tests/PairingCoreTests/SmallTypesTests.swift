@@ -41,6 +41,13 @@ struct SmallTypesTests {
         #expect(BlueZFailure(errorName: name, message: message) == expected)
     }
 
+    @Test("rfkill: Powered = true refused with org.bluez.Error.Blocked is told apart; nothing else is")
+    func rfkillBlocked() {
+        #expect(BlueZFailure(errorName: "org.bluez.Error.Blocked", message: "Blocked through rfkill").rfkillBlocked)
+        #expect(!BlueZFailure(errorName: "org.bluez.Error.Failed", message: "Failed").rfkillBlocked)
+        #expect(!BlueZFailure.adapterUnavailable.rfkillBlocked)
+    }
+
     @Test("connect failures: elapsed time separates 'away' from 'hiccup'")
     func connectClassifier() {
         let absent = Duration.seconds(20)
