@@ -262,7 +262,8 @@ public final class BlueZClient {
     func adapterInfo(_ path: String) -> AdapterInfo? {
         guard let props = cache[path]?[Iface.adapter] else { return nil }
         return AdapterInfo(path: path, name: String(path.split(separator: "/").last ?? ""),
-                           address: props["Address"]?.string ?? "", powered: props["Powered"]?.bool ?? false)
+                           address: props["Address"]?.string ?? "", powered: props["Powered"]?.bool ?? false,
+                           rfkillBlocked: props["PowerState"]?.string == "off-blocked")
     }
 
     /// True between `.adapterReady` and `.adapterGone`.

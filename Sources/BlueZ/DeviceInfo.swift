@@ -9,12 +9,16 @@ public struct AdapterInfo: Sendable, Hashable {
     /// `Adapter1.Address` (`00:AA:01:00:00:00`), "" when BlueZ did not say.
     public var address: String
     public var powered: Bool
+    /// `Adapter1.PowerState` is `off-blocked`: rfkill blocks it (5.66 `src/rfkill.c` sets it when
+    /// the block comes, `src/adapter.c` when a power-on meets one).
+    public var rfkillBlocked: Bool
 
-    public init(path: String, name: String, address: String, powered: Bool) {
+    public init(path: String, name: String, address: String, powered: Bool, rfkillBlocked: Bool = false) {
         self.path = path
         self.name = name
         self.address = address
         self.powered = powered
+        self.rfkillBlocked = rfkillBlocked
     }
 }
 

@@ -123,6 +123,8 @@ public struct Presence: Sendable, Equatable {
     public struct Slot: Sendable, Equatable {
         public var adapter = Adapter.none
         public var verdict = Verdict.none
+        /// The reason of the last `adapterGone`, while unusable.
+        public var goneReason: String?
         public init() {}
     }
 
@@ -434,18 +436,26 @@ public struct Presence: Sendable, Equatable {
         if case .serving = adapter, info?.powered == true { up = true }
         if up, slots[k].verdict != .ready, let info {
             slots[k].verdict = .ready
+            slots[k].goneReason = nil
             out.append(.adapterReady(info, slot: k))
             return
         }
         guard !up else { return }
-        let reason = view == nil ? AdapterGoneReason.bluetoothdGone : info == nil ? AdapterGoneReason.removed : AdapterGoneReason.poweredOff
+        let reason = view == nil ? AdapterGoneReason.bluetoothdGone : info == nil ? AdapterGoneReason.removed
+            : info?.rfkillBlocked == true ? AdapterGoneReason.rfkillBlocked : AdapterGoneReason.poweredOff
         if slots[k].verdict == .ready {
             slots[k].verdict = .unusable
+            slots[k].goneReason = reason
             out.append(.adapterGone(reason: reason, wasReady: true, slot: k))
         } else if slots[k].verdict == .none, view != nil ? info?.powered != true : bluetoothd == .absent {
             // First settled view and no usable adapter (none, wrong selector, powered off, or no
             // bluetoothd at all): say so once, so the daemon can finish starting (READY=1).
             slots[k].verdict = .unusable
+            slots[k].goneReason = reason
+            out.append(.adapterGone(reason: reason, wasReady: false, slot: k))
+        } else if slots[k].verdict == .unusable, reason == AdapterGoneReason.rfkillBlocked, slots[k].goneReason == AdapterGoneReason.poweredOff {
+            // BlueZ showed Powered=false before PowerState=off-blocked: the block is said once more.
+            slots[k].goneReason = reason
             out.append(.adapterGone(reason: reason, wasReady: false, slot: k))
         }
     }

@@ -18,6 +18,10 @@ extension Daemon {
             feed(.adapterReady(bluez.views(for: Array(machine.devices.keys) + machine.leftoverPairAddresses, on: info)))
             markReadyIfNeeded()
         case .adapterGone(let reason, let address):
+            if reason == AdapterGoneReason.rfkillBlocked {
+                log.warning("adapter\(address.map { " \($0)" } ?? ""): rfkill blocks it (a person, a key or a switch): paird does not lift a block; "
+                            + "`rfkill unblock bluetooth` brings it back, and the wearables with it")
+            }
             if let address, bluez.isReady {
                 // One of several: the others stay ready.
                 log.info("adapter \(address) unavailable: \(reason)")

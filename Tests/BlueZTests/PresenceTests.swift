@@ -111,6 +111,23 @@ struct PresenceTests {
         #expect(p.handle(.viewChanged(Self.view([Self.info(Self.hci0)]))) == [.adapterReady(Self.info(Self.hci0))])
     }
 
+    @Test("rfkill: PowerState off-blocked says rfkill-blocked; shown after Powered=false, said once more; unblocked and powered: ready")
+    func rfkillBlocked() {
+        var blocked = Self.info(Self.hci0, powered: false)
+        blocked.rfkillBlocked = true
+        var p = Self.ready()
+        #expect(p.handle(.viewChanged(Self.view([blocked]))) == [.adapterGone(reason: "rfkill-blocked", wasReady: true)])
+        #expect(p.handle(.viewChanged(Self.view([Self.info(Self.hci0)]))) == [.adapterReady(Self.info(Self.hci0))])
+        // BlueZ's order the other way round: Powered=false first, then PowerState.
+        #expect(p.handle(.viewChanged(Self.view([Self.info(Self.hci0, powered: false)]))) == [
+            .adapterGone(reason: "powered-off", wasReady: true),
+        ])
+        #expect(p.handle(.viewChanged(Self.view([blocked]))) == [.adapterGone(reason: "rfkill-blocked", wasReady: false)])
+        #expect(p.handle(.viewChanged(Self.view([blocked]))) == [])
+        #expect(p.handle(.viewChanged(Self.view([Self.info(Self.hci0, powered: false)]))) == [], "unblocked, not yet powered")
+        #expect(p.handle(.viewChanged(Self.view([Self.info(Self.hci0)]))) == [.adapterReady(Self.info(Self.hci0))])
+    }
+
     @Test("the first view shows the adapter powered off: unusable said once, ready when it is powered")
     func firstViewPoweredOff() {
         var p = Presence()
