@@ -50,7 +50,7 @@ let package = Package(
             "Paird", "PairingCore", "BuildInfo", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .target(name: "PairCtlCommands", dependencies: [
-            "DBus", "EventLoop", "PairingCore", "BuildInfo", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            "DBus", "EventLoop", "PairingCore", "BlueZ", "BuildInfo", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "pairctl", dependencies: ["PairCtlCommands"]),
         .executableTarget(name: "PairingBench", dependencies: ["PairingCore"]),

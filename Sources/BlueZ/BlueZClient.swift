@@ -195,6 +195,9 @@ public final class BlueZClient {
     /// `removalGrace`: how long a device's `InterfacesRemoved` is held back before it is
     /// reported; if the adapter goes away meanwhile (controller unplugged, bluetoothd stopping)
     /// it is dropped, since those removals say nothing about the bond.
+    /// Where the rfkill switches are read (tests point it elsewhere).
+    public var rfkillDir = "/sys/class/rfkill"
+
     public init(connection: DBusConnection, adapter selector: String, removalGrace: Duration = BlueZClient.defaultRemovalGrace) {
         self.connection = connection
         self.selector = selector
@@ -261,9 +264,12 @@ public final class BlueZClient {
     /// The adapter at this path as the cache shows it.
     func adapterInfo(_ path: String) -> AdapterInfo? {
         guard let props = cache[path]?[Iface.adapter] else { return nil }
-        return AdapterInfo(path: path, name: String(path.split(separator: "/").last ?? ""),
-                           address: props["Address"]?.string ?? "", powered: props["Powered"]?.bool ?? false,
-                           rfkillBlocked: props["PowerState"]?.string == "off-blocked")
+        let name = String(path.split(separator: "/").last ?? "")
+        let powered = props["Powered"]?.bool ?? false
+        // PowerState is experimental in 5.66 (bluetoothd -E): sysfs says it for an unpowered adapter.
+        let blocked = props["PowerState"]?.string == "off-blocked"
+            || (!powered && !RfkillSwitch.blocking(RfkillSwitch.read(dir: rfkillDir), adapter: name).isEmpty)
+        return AdapterInfo(path: path, name: name, address: props["Address"]?.string ?? "", powered: powered, rfkillBlocked: blocked)
     }
 
     /// True between `.adapterReady` and `.adapterGone`.

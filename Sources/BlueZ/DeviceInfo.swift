@@ -9,8 +9,9 @@ public struct AdapterInfo: Sendable, Hashable {
     /// `Adapter1.Address` (`00:AA:01:00:00:00`), "" when BlueZ did not say.
     public var address: String
     public var powered: Bool
-    /// `Adapter1.PowerState` is `off-blocked`: rfkill blocks it (5.66 `src/rfkill.c` sets it when
-    /// the block comes, `src/adapter.c` when a power-on meets one).
+    /// rfkill blocks it: `Adapter1.PowerState` is `off-blocked` (5.66 `src/rfkill.c` sets it when
+    /// the block comes, `src/adapter.c` when a power-on meets one; experimental, so only with
+    /// bluetoothd -E), or, unpowered, its own or a platform switch is blocked in sysfs.
     public var rfkillBlocked: Bool
 
     public init(path: String, name: String, address: String, powered: Bool, rfkillBlocked: Bool = false) {

@@ -6,6 +6,7 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
+import BlueZ
 import PairingCore
 #if canImport(Glibc)
 import Glibc
@@ -230,15 +231,7 @@ struct DoctorCommand: ParsableCommand {
     /// The rfkill switches of type bluetooth (`/sys/class/rfkill`; `PAIRCTL_RFKILL_DIR` replaces
     /// it, for tests).
     static func rfkill() -> [Doctor.RfkillSwitch] {
-        let dir = ProcessInfo.processInfo.environment["PAIRCTL_RFKILL_DIR"] ?? "/sys/class/rfkill"
-        guard let entries = try? FileManager.default.contentsOfDirectory(atPath: dir) else { return [] }
-        func read(_ e: String, _ f: String) -> String? {
-            (try? String(contentsOfFile: "\(dir)/\(e)/\(f)", encoding: .utf8)).map { trimmed($0.filter { $0 != "\n" }) }
-        }
-        return entries.sorted().compactMap { e in
-            guard read(e, "type") == "bluetooth" else { return nil }
-            return Doctor.RfkillSwitch(name: read(e, "name") ?? e, soft: read(e, "soft") == "1", hard: read(e, "hard") == "1")
-        }
+        RfkillSwitch.read(dir: ProcessInfo.processInfo.environment["PAIRCTL_RFKILL_DIR"] ?? "/sys/class/rfkill")
     }
 
     static func pairdLook(_ client: PairdClient) -> Doctor.PairdLook {

@@ -3,6 +3,7 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
+import BlueZ
 import PairingCore
 
 /// `pairctl doctor`: what was found between the user and the wearable's data, and the one verdict
@@ -17,13 +18,8 @@ public enum Doctor {
     // MARK: facts
 
     /// One rfkill switch of type bluetooth (`/sys/class/rfkill/rfkillN/{type,name,soft,hard}`).
-    public struct RfkillSwitch: Sendable, Hashable {
-        /// `hci0` for a controller's own switch; a platform's (`tpacpi_bluetooth_sw`, …) otherwise.
-        public var name: String
-        public var soft: Bool
-        public var hard: Bool
-        public init(name: String, soft: Bool, hard: Bool) { self.name = name; self.soft = soft; self.hard = hard }
-    }
+    /// `hci0` for a controller's own switch; a platform's (`tpacpi_bluetooth_sw`, …) otherwise.
+    public typealias RfkillSwitch = BlueZ.RfkillSwitch
 
     /// BlueZ's adapter (Adapter1) doctor looks at: paird's, else the first.
     public struct AdapterFacts: Sendable, Hashable {
