@@ -108,9 +108,13 @@ def main():
             c.set(c.apath, "Powered", dbus.Boolean(True), ADAPTER)
         p.wait_state("connected", 45)
 
-    with step("hci0 powered off (9), on again: connected"):
+    with step("hci0 powered off (9; paird's journal says powered-off, not rfkill), on again: connected"):
+        rfkill_lines = len([l for l in p.logtext().splitlines() if "rfkill blocks it" in l])
         c.set(c.apath, "Powered", dbus.Boolean(False), ADAPTER)
         wait_for(lambda: not c.prop(c.apath, "Powered", ADAPTER), 10, "hci0 off")
+        wait_for(lambda: [l for l in p.logtext().splitlines() if "adapter unavailable: powered-off" in l], 10,
+                 "paird's journal: adapter unavailable: powered-off")
+        check(len([l for l in p.logtext().splitlines() if "rfkill blocks it" in l]) == rfkill_lines, "no rfkill line for a power-off")
         doctor(p, "adapter-off", 9, says="bluetoothctl power on")
         c.set(c.apath, "Powered", dbus.Boolean(True), ADAPTER)
         p.wait_state("connected", 45)

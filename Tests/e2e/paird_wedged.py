@@ -15,7 +15,7 @@ hci2 (Bumble, its own drops and drain off).
    printed; `btmgmt --index 0 power off` + `power on` clears it (btvirt: "cleared by HCI
    Reset"; the pairings that follow connect).
 paird, with two wearables paired on hci0 (`pairctl pair --service 180d --name …`), both
-connected and notifying; [Connection] WedgePowerCycles = 2, WedgeProbeInterval = 8 and short
+connected and notifying; [Connection] WedgePowerCycles = 2, WedgeProbeInterval = 5 and short
 timers. paird is never restarted in (a) and (b): after the links drop, both wearables wait on the
 kernel's auto-connect, whose refusals BlueZ 5.66 tells D-Bus nothing of (mgmt Connect Failed,
 status Busy, goes to bluetoothd only); paird finds the wedge with its probe (one Connect() every
@@ -30,10 +30,10 @@ other at once).
 (b) hard wedge, the same: paird power-cycles exactly twice (Powered=false seen twice; btvirt:
     two "HCI Reset does not clear a hard wedge"), then says the cap is reached and what a person
     must run (btmgmt / unplug); no third power cycle and no state change in the next
-    BED_X_QUIET_S (20) s, both adapterUnavailable. Then the wedge is lifted (the signal) and a
+    BED_X_QUIET_S (12) s (three times AutoConnectHeadStart), both adapterUnavailable. Then the wedge is lifted (the signal) and a
     person power-cycles (`bluetoothctl power off`, `power on`): both back and notifying.
 (c) only the strap paired (the ring unpaired), a soft wedge, the strap drops and returns: no
-    probe for one wearable in BED_X_PASSIVE_S (10) s (longer than WedgeProbeInterval); then paird
+    probe for one wearable in BED_X_PASSIVE_S (7) s (longer than WedgeProbeInterval); then paird
     is restarted (its start-up Connect() meets the wedge): needsRepair (suspected-bond-loss) and
     no power cycle (one wearable's lost bond and a wedged adapter look the same to paird).
 BED_X_WEDGE_PARTS (default "abc"): which of (a), (b), (c) to run (step 0 always runs)."""
@@ -48,8 +48,8 @@ from bedlib import *
 HR = HR_MEAS
 WEDGE_FILE = "/run/bed/wedge"
 BTVIRT_LOG = os.path.join(OUT, "btvirt.log")
-QUIET_S = int(os.environ.get("BED_X_QUIET_S", "20"))
-PASSIVE_S = int(os.environ.get("BED_X_PASSIVE_S", "10"))
+QUIET_S = int(os.environ.get("BED_X_QUIET_S", "12"))
+PASSIVE_S = int(os.environ.get("BED_X_PASSIVE_S", "7"))
 PARTS = os.environ.get("BED_X_WEDGE_PARTS", "abc")   # which of (a) (b) (c) to run
 # SetupFailuresBeforeRepair = 1: paird's own Connect() after a (re)start or the adapter's return
 # is one (AutoConnectHeadStart); a refused one counts one setup failure and paird then waits on the
@@ -67,7 +67,7 @@ BackoffInitial = 0.5
 BackoffMax = 2
 AbsentAfter = 10
 WedgePowerCycles = 2
-WedgeProbeInterval = 8
+WedgeProbeInterval = 5
 """
 
 
@@ -254,7 +254,7 @@ def part_a(p, pw, ws, names, seen, power_offs, notifying, drop_and_return, wedge
         drop_and_return(ws)
         probe = wait_for(lambda: wedge_lines(mark_log, "wedge probe: connect()"), 40, "paird's log: wedge probe: Connect()")
         log(f"  paird | {probe[0]}")
-        log(f"MEASURED (a) links dropped → paird's probe: {now() - t_drop:.2f} s (WedgeProbeInterval = 8)")
+        log(f"MEASURED (a) links dropped → paird's probe: {now() - t_drop:.2f} s (WedgeProbeInterval = 5)")
 
         def both_marked():
             seen.poll()
