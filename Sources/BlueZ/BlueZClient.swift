@@ -191,13 +191,13 @@ public final class BlueZClient {
     /// A removal outside paird (`bluetoothctl remove`) is reported this much later.
     public static let defaultRemovalGrace: Duration = .seconds(2)
 
+    /// Where the rfkill switches are read (tests point it elsewhere).
+    public var rfkillDir = "/sys/class/rfkill"
+
     /// `selector`: "" for the first adapter, a name (`hci0`), a path, or an adapter address.
     /// `removalGrace`: how long a device's `InterfacesRemoved` is held back before it is
     /// reported; if the adapter goes away meanwhile (controller unplugged, bluetoothd stopping)
     /// it is dropped, since those removals say nothing about the bond.
-    /// Where the rfkill switches are read (tests point it elsewhere).
-    public var rfkillDir = "/sys/class/rfkill"
-
     public init(connection: DBusConnection, adapter selector: String, removalGrace: Duration = BlueZClient.defaultRemovalGrace) {
         self.connection = connection
         self.selector = selector

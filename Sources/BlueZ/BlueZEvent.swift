@@ -63,8 +63,8 @@ public enum BlueZEvent: Sendable, Hashable {
 public enum AdapterGoneReason {
     public static let removed = "removed"
     public static let poweredOff = "powered-off"
-    /// Powered off with `PowerState` `off-blocked`: rfkill (a person, a key, a switch). paird
-    /// never lifts a block; `rfkill unblock bluetooth` does, and bluetoothd powers it again.
+    /// Powered off and blocked by rfkill (a person, a key, a switch: `AdapterInfo.rfkillBlocked`).
+    /// paird never lifts a block; `rfkill unblock bluetooth` does, and bluetoothd powers it again.
     public static let rfkillBlocked = "rfkill-blocked"
     public static let bluetoothdGone = "bluetoothd-gone"
 }

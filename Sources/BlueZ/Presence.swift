@@ -454,7 +454,8 @@ public struct Presence: Sendable, Equatable {
             slots[k].goneReason = reason
             out.append(.adapterGone(reason: reason, wasReady: false, slot: k))
         } else if slots[k].verdict == .unusable, reason == AdapterGoneReason.rfkillBlocked, slots[k].goneReason == AdapterGoneReason.poweredOff {
-            // BlueZ showed Powered=false before PowerState=off-blocked: the block is said once more.
+            // Found blocked after it was said powered off (5.66 -E: PowerState came after
+            // Powered=false): the block is said once more.
             slots[k].goneReason = reason
             out.append(.adapterGone(reason: reason, wasReady: false, slot: k))
         }
