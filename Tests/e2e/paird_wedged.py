@@ -30,8 +30,9 @@ other at once).
 (b) hard wedge, the same: paird power-cycles exactly twice (Powered=false seen twice; btvirt:
     two "HCI Reset does not clear a hard wedge"), then says the cap is reached and what a person
     must run (btmgmt / unplug); no third power cycle and no state change in the next
-    BED_X_QUIET_S (12) s (three times AutoConnectHeadStart), both adapterUnavailable. Then the wedge is lifted (the signal) and a
-    person power-cycles (`bluetoothctl power off`, `power on`): both back and notifying.
+    BED_X_QUIET_S (12) s (three times AutoConnectHeadStart), both adapterUnavailable. Then the
+    wedge is lifted (the signal) and a person power-cycles (`bluetoothctl power off`, `power
+    on`): both back and notifying.
 (c) only the strap paired (the ring unpaired), a soft wedge, the strap drops and returns: no
     probe for one wearable in BED_X_PASSIVE_S (7) s (longer than WedgeProbeInterval); then paird
     is restarted (its start-up Connect() meets the wedge): needsRepair (suspected-bond-loss) and
