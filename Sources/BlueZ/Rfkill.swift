@@ -27,9 +27,14 @@ public struct RfkillSwitch: Sendable, Hashable {
         }
     }
 
-    /// The switches that block adapter `name`: its own, and any platform switch (another
-    /// controller's is not its).
+    /// The switches that bear on adapter `name`: its own, and any platform switch, which blocks
+    /// every controller (another controller's is not its).
+    public static func relevant(_ switches: [RfkillSwitch], adapter name: String?) -> [RfkillSwitch] {
+        switches.filter { $0.name == name || !$0.name.hasPrefix("hci") }
+    }
+
+    /// Those of them that block it now.
     public static func blocking(_ switches: [RfkillSwitch], adapter name: String?) -> [RfkillSwitch] {
-        switches.filter { ($0.name == name || !$0.name.hasPrefix("hci")) && ($0.soft || $0.hard) }
+        relevant(switches, adapter: name).filter { $0.soft || $0.hard }
     }
 }

@@ -273,9 +273,7 @@ public enum Doctor {
         // 2. rfkill and the adapter
         guard let rfkill = f.rfkill, let adapter = f.adapter else { return Result(checks: checks, verdict: nil) }
         let ours: String? = if case .found(let a) = adapter { a.name } else { nil }
-        // the adapter's own switch, and any platform switch (which blocks every controller);
-        // another controller's switch is not ours
-        let relevant = rfkill.filter { $0.name == ours || !$0.name.hasPrefix("hci") }
+        let relevant = RfkillSwitch.relevant(rfkill, adapter: ours)
         if let hard = relevant.first(where: \.hard) {
             return fail(Check("rfkill", false, "\(hard.name): hard blocked"),
                         Verdict(.rfkillHardBlock, "Bluetooth is blocked by a hardware switch or the firmware (rfkill hard block on \(hard.name))",
