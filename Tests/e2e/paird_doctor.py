@@ -10,9 +10,10 @@ and checks both exit codes:
   `rfkill block bluetooth` would also hit hci1, which Bumble holds through the HCI user channel;
   9; paird's journal says rfkill blocks it and that paird does not lift it); hci0 powered off
   (Adapter1.Powered, 9); the strap connected to another central (hci2 of the same host, while
-  hci0 was blocked: 5, connected-elsewhere); the strap forgot its bond and advertises (bond-lost: 10), repaired with the `pairctl pair ADDR` doctor names; paird stopped (3);
-  bluetoothd stopped by systemctl (9); bluetoothd crashed (SIGSEGV, with paird stopped so that
-  nobody starts it again: 9). (All well after the repair is the same verdict as at the start: the
+  hci0 was blocked: 5, connected-elsewhere); the strap forgot its bond and advertises (bond-lost:
+  10), repaired with the `pairctl pair ADDR` doctor names; paird stopped (3); bluetoothd stopped
+  by systemctl (9); bluetoothd crashed (SIGSEGV, with paird stopped so that nobody starts it
+  again: 9). (All well after the repair is the same verdict as at the start: the
   scenario ends with the crash, to stay within a scenario's VM-time budget; teardown needs no bluetoothd.)
 Not reachable here: an rfkill hard block (btvirt's controllers have no hardware switch: unit tests
 only), and a phone's link (a central elsewhere is not visible from the host: doctor says "not
