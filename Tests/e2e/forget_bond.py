@@ -2,8 +2,6 @@
 # testbed: mode=plain timeout=300 wearables=strap
 """The wearable forgets its bond (factory reset): what the central sees on BlueZ 5.66, and that
 removing the stale bond on the central + pairing again recovers."""
-import subprocess
-
 from bedlib import *
 
 
@@ -38,19 +36,19 @@ def main():
                   ("le-connection-abort-by-local", "br-connection-canceled"),
                   "Connect() → org.bluez.Error.Failed le-connection-abort-by-local / br-connection-canceled")
 
-    # Kernel 6.1.0-56 (Debian 12) hits a BUG here: "list_del corruption" in hci_chan_del from
-    # l2cap_sock_release in bluetoothd; bluetoothd dies or hangs in the kernel. Detect it and
-    # stop (nothing can talk to bluetoothd any more); with a fixed kernel, go on and recover.
-    def kernel_bug():
-        out = subprocess.run(["dmesg"], capture_output=True, text=True).stdout
-        return "list_del corruption" in out or "kernel BUG" in out
+    # Kernel 6.1 (Debian 12's own) hits a BUG here: "list_del corruption" in hci_chan_del from
+    # l2cap_sock_release in bluetoothd; bluetoothd dies or hangs in the kernel. This scenario is
+    # BlueZ alone (no paird): nothing of ours can route around it, so it skips — counted apart, and
+    # only because Tests/testbed/skip-allowlist names this exact reason. With a fixed kernel, it
+    # goes on and recovers. (paird on 6.1: paird_factory_reset and paird_forget_bond, no excuse.)
     try:
-        wait_for(kernel_bug, 5, "a kernel BUG after the authentication failure")
-        log("KNOWN KERNEL BUG: list_del corruption in hci_chan_del after the authentication "
-            "failure; bluetoothd is dead/hung - stopping here (see dmesg.log)")
-        return
+        line = wait_for(kernel_bug, 5, "a kernel BUG after the authentication failure")
     except BedError:
+        line = None
         log("no kernel BUG this time: recovering")
+    if line:
+        skip("kernel BUG after the central's encryption failure with the stale key: bluetoothd is "
+             "dead or hung, the BlueZ-only recovery cannot run", detail=f"dmesg: {line}")
 
     # bluetoothd 5.66 itself often segfaults around here on the 6.12 bed (Tests/testbed/README.md,
     # Known problems: the wearable half's GATT server completes a read after the failed link
