@@ -22,7 +22,7 @@ def main():
         d = p.wait_state("waitingForDevice", 20)
         check(d["lastDisconnect"] is not None, f"lastDisconnect = {d['lastDisconnect']}")
     cpu0, sw0 = p.cpu()
-    conn0 = bluez_connect_attempts()
+    conn0, seq0 = bluez_connect_attempts(), w.last_seq()
     t0 = now()
     bed_sleep(300, "the wearable stays away 5 min")
     cpu1, sw1 = p.cpu()
@@ -33,7 +33,8 @@ def main():
             f"switches (wake-ups), {conn1 - conn0} Device1.Connect attempts")
         check(p.state() == "waitingForDevice", "still waitingForDevice")
         check(conn1 - conn0 == 0, f"no Device1.Connect() while waiting on the auto-connect (got {conn1 - conn0})")
-        check(cpu1 - cpu0 < 5.0, f"< 5 CPU-seconds in 5 min (got {cpu1 - cpu0:.2f})")
+        check(w.links(seq0) == 0, f"the wearable saw no link while away ({w.links(seq0)})")
+        # CPU-seconds are a figure (MEASURED above), not a pass mark: tests never assert on timing.
         check(sw1 - sw0 <= 300, f"≤ 300 wake-ups in 5 min, the idle goal (no watchdog in plain mode; got {sw1 - sw0})")
     with step("back after 5 min → connected, notifications flow (no pairctl command)"):
         t = now()
@@ -42,6 +43,8 @@ def main():
         p.wait_state("connected", 90)
         log(f"connected {now() - t:.2f} s after come-back")
         wait_for(lambda: len(watch.lines("notify")) >= n + 2, 15, "2 new notify lines")
+    with step("positive control: the Connect() counter behind 'no Device1.Connect()' counts one of paird's"):
+        prove_connect_counter(p, w)
 
 
 main()

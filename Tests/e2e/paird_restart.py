@@ -49,7 +49,10 @@ def main():
         wait_for(lambda: len(watch.lines("notify")) >= 2, 15, "2 notify lines")
     with step("the wearable saw no disconnect during the restart"):
         check(disconnects(w, seq) == [], f"no 'disconnected' event since seq {seq}")
+        check(w.links(seq) == 0, f"no new link since seq {seq} (the wearable's own view: {w.links(seq)})")
         check(w.status()["connected"], "still connected")
+    with step("positive control: the Connect() counter behind 'no Device1.Connect()' counts one of paird's"):
+        prove_connect_counter(p, w)
 
     # ---- 4a. restart while the wearable is away
     with step("walk-away → waitingForDevice"):

@@ -403,6 +403,19 @@ class Wearable:
     def last_seq(self):
         return self.status()["last_seq"]
 
+    def links(self, since=0):
+        """Links the wearable itself saw come up after seq `since` (its own `connected` events).
+        They count every link, the kernel's auto-connect too, which bluetoothd's Connect() counter
+        (bluez_connect_attempts) cannot see: a "no loop" claim counts both."""
+        return sum(1 for e in self.events(since) if e["event"] == "connected")
+
+    def come_back(self, deadline=10):
+        """Advertise again (after walk-away, forget-bond, a disconnect) and wait until it does, or
+        until a central already linked to it (a linked wearable stops advertising)."""
+        self.cmd("come-back")
+        return wait_for(lambda: (lambda st: st["advertising"] or st["connected"])(self.status()), deadline,
+                        "the wearable advertising (or linked) after come-back")
+
     def wait_event(self, event, deadline, since=0, **match):
         """Wait for an event named `event` (with fields equal to `match`) after seq `since`."""
         def found():
@@ -691,6 +704,22 @@ def bluetoothd_log_count(text):
 def bluez_connect_attempts():
     """Device1.Connect attempts bluetoothd logged so far (bluetoothd -d: device_connect_le)."""
     return bluetoothd_log_count("device_connect_le()")
+
+
+def prove_connect_counter(p, w):
+    """Positive control for bluez_connect_attempts() in this very run (a counter that has never
+    been seen to count proves nothing): the wearable walks away; `pairctl connect` while paird
+    waits on the auto-connect is one Device1.Connect() now (PairingMachine+Intent: userConnect →
+    fallbackConnect); the counter must see it. Then the wearable comes back and the link is up."""
+    w.cmd("walk-away")
+    p.wait_state("waitingForDevice", 20)
+    n0 = bluez_connect_attempts()
+    rc, out, err = p.pairctl("connect")
+    check(rc == 0, f"pairctl connect while away: exit 0 ({out.strip()} {err.strip()})")
+    n = wait_for(lambda: bluez_connect_attempts() - n0, 15, "pairctl connect's Device1.Connect() in bluetoothd's log")
+    check(n >= 1, f"positive control: bluez_connect_attempts() counted paird's Connect() ({n})")
+    w.come_back()
+    p.wait_state("connected", 60)
 
 
 def bluez_double_connections():
