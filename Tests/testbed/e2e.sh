@@ -5,6 +5,8 @@
 #   no argument, or --all    every scenario on the default BlueZ (BLUEZ=, else 5.66), less E2E_SKIP
 #   SCENARIO                 that one (path, file name, or name without extension)
 #   VERSION:SCENARIO         that one on another BlueZ version (5.82:paird_pair, newest:paird_rpa)
+#   linux-K:[VERSION:]SCENARIO  that one on another guest kernel: linux-6.1 (Debian 12's own),
+#                            linux-newest (unstable's); the default is 6.12 (fetch-kernel.sh)
 # `--all` and named runs combine: `e2e.sh --all 5.82:paird_pair newest:paird_pair` is one tier,
 # one queue, one summary (what `make e2e-ci` runs).
 #
@@ -88,15 +90,16 @@ find_scenario() {
 # scenario needs Bumble's profiles (it runs on Bumble even with BED_WEARABLE=bluez). No
 # `wearables=`: one run, no wearable. BED_WEARABLE=bumble|bluez (set by hand) runs only that one.
 # A VERSION:SCENARIO run is on Bumble only: the twin is the BlueZ 5.66-to-5.66 reference.
-impls_of() { # $1 = scenario, $2 = the version asked for ("" = the default)
+impls_of() { # $1 = scenario, $2 = the version asked for ("" = the default), $3 = the kernel ("" = 6.12)
   local hdr; hdr=$(head -n 20 "$1" | grep -m1 -E '^(#|//) *testbed:' || true)
   if [[ ! $hdr =~ wearables=([a-z,-]+) ]]; then echo none; return; fi
   if [[ $hdr =~ twin=no-bumble-only ]]; then echo bumble; return; fi   # Bumble profiles only
   if [[ -n ${BED_WEARABLE:-} ]]; then echo "$BED_WEARABLE"; return; fi
   if [[ -n ${2:-} && ${2:-} != "$base" ]]; then echo bumble; return; fi
+  if [[ -n ${3:-} ]]; then echo bumble; return; fi   # another kernel: Bumble, like another BlueZ
   echo bumble; [[ $hdr =~ twin=yes ]] && echo bluez
 }
-todo=()   # "version|scenario path" (version "" = the default)
+todo=()   # "kernel|version|scenario path" (kernel "" = 6.12, version "" = the default)
 all=0; named=()
 for a in "$@"; do [[ $a == --all ]] && all=1 || named+=("$a"); done
 ((${#named[@]})) || all=1
@@ -104,20 +107,28 @@ if ((all)); then
   for f in "$E2E"/*; do
     # E2E_SKIP: names (without extension) left out of this all-scenarios run (make e2e-ci)
     [[ " ${E2E_SKIP:-} " == *" $(basename "${f%.*}") "* ]] && { echo "e2e: skipping $(basename "$f") (E2E_SKIP)"; continue; }
-    [[ -f $f ]] && head -n 20 "$f" | grep -qE '^(#|//) *testbed:' && todo+=("$base|$f")
+    [[ -f $f ]] && head -n 20 "$f" | grep -qE '^(#|//) *testbed:' && todo+=("|$base|$f")
   done
 fi
 for a in "${named[@]}"; do
-  v=$base; s=$a
-  if [[ $a =~ ^([0-9][0-9.]*|newest|default):(.+)$ ]]; then v=${BASH_REMATCH[1]}; s=${BASH_REMATCH[2]}; fi
+  v=$base; s=$a; kk=
+  if [[ $s =~ ^linux-(6\.1|6\.12|newest):(.+)$ ]]; then kk=${BASH_REMATCH[1]}; s=${BASH_REMATCH[2]}; [[ $kk == 6.12 ]] && kk=; fi
+  if [[ $s =~ ^([0-9][0-9.]*|newest|default):(.+)$ ]]; then v=${BASH_REMATCH[1]}; s=${BASH_REMATCH[2]}; fi
   f=$(find_scenario "$s") || { echo "e2e: no such scenario: $s" >&2; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
-  todo+=("$v|$f")
+  todo+=("$kk|$v|$f")
 done
 ((${#todo[@]})) || { echo "e2e: no scenarios in $E2E"; echo "0 passed, 0 failed, 0 skipped"; exit 1; }
 
 # Every version is built (or found cached) before the first VM: a build failure stops the tier.
+declare -A kver_of=()   # kernel → its uname -r (fetch-kernel.sh: fetched once per machine)
 for t in "${todo[@]}"; do
-  resolve_version "${t%%|*}" || { echo "0 passed, 1 failed, 0 skipped"; exit 1; }
+  t2=${t#*|}
+  resolve_version "${t2%%|*}" || { echo "0 passed, 1 failed, 0 skipped"; exit 1; }
+  kk=${t%%|*}
+  if [[ -n $kk && -z ${kver_of[$kk]:-} ]]; then
+    kv=$("$TB/fetch-kernel.sh" "$kk") || { echo "e2e: fetch-kernel.sh $kk failed"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
+    kver_of[$kk]=$(sed -n 's/^version //p' <<<"$kv" | tail -n1)
+  fi
 done
 echo "e2e: bluez ${version_of[x$base]}$(for k in "${!version_of[@]}"; do [[ $k != "x$base" ]] && printf ', %s' "${version_of[$k]}"; done) · $JOBS VM(s) at a time"
 
@@ -127,18 +138,19 @@ declare -A expect=()
 [[ -f $TB/e2e-durations.tsv ]] && while IFS=$'\t' read -r n s; do [[ $n == \#* || -z $n ]] || expect[$n]=$s; done <"$TB/e2e-durations.tsv"
 runs=()   # "expected|impl|version key|scenario|runname|label"
 for t in "${todo[@]}"; do
-  v=${t%%|*}; s=${t#*|}; name=$(basename "${s%.*}")
+  kk=${t%%|*}; t2=${t#*|}; v=${t2%%|*}; s=${t2#*|}; name=$(basename "${s%.*}")
   ver=${version_of[x$v]}
   vs=; [[ $ver != "$default_version" ]] && vs=@bluez-$ver
-  for impl in $(impls_of "$s" "$v"); do
-    if [[ $impl == none ]]; then label="$name [bluez $ver]"; runname=$name$vs
-    else label="$name [$impl, bluez $ver]"; runname=$name@$impl$vs; fi
+  ks=; kl=; [[ -n $kk ]] && { ks=@linux-$kk; kl=", linux ${kver_of[$kk]}"; }
+  for impl in $(impls_of "$s" "$v" "$kk"); do
+    if [[ $impl == none ]]; then label="$name [bluez $ver$kl]"; runname=$name$vs$ks
+    else label="$name [$impl, bluez $ver$kl]"; runname=$name@$impl$vs$ks; fi
     e=${expect[$runname]:-}
     if [[ -z $e ]]; then
       hdr=$(head -n 20 "$s" | grep -m1 -E '^(#|//) *testbed:' || true)
       [[ $hdr =~ timeout=([0-9]+) ]] && e=$((BASH_REMATCH[1] / 4)) || e=150
     fi
-    runs+=("$e|$impl|$v|$s|$runname|$label")
+    runs+=("$e|$impl|$v|$s|$runname|$label|$kk")
   done
 done
 mapfile -t runs < <(printf '%s\n' "${runs[@]}" | sort -t'|' -k1,1nr -s)
@@ -154,12 +166,13 @@ trap 'rm -rf "$RES"' EXIT
 # With RC, its first run was in the group VM GROUP (run_group), exit RC, SECONDS its share of it;
 # a retry is always a VM of its own.
 run_one() {
-  local i=$1 r=${runs[$1]} e impl v s runname label out con t0 rc note tries retries crash_retry seg dt timing why leak first_why= reason allowed
-  IFS='|' read -r e impl v s runname label <<<"$r"
+  local i=$1 r=${runs[$1]} e impl v s runname label k out con t0 rc note tries retries crash_retry seg dt timing why leak first_why= reason allowed
+  IFS='|' read -r e impl v s runname label k <<<"$r"
   out=$OUTDIR/$runname; con=$OUTDIR/$runname.console.log
   mkdir -p "$OUTDIR"; : >"$con"
   export BED_WEARABLE=${impl/none/bumble}
   if [[ -n $v ]]; then export BLUEZ=$v; else unset BLUEZ; fi
+  if [[ -n $k ]]; then export BED_KERNEL=$k; else unset BED_KERNEL; fi
   printf '=== %s\n' "$label" >>"$con"
   note=""
   if [[ -n ${2:-} ]]; then
@@ -234,17 +247,18 @@ run_one() {
 # that group made no progress at all); the run that was under way when the VM died counts as
 # failed in that VM (and gets run_one's retry).
 run_group() {
-  local idx=("$@") specs=() i e impl v s runname label gname con t0 rc dt left=() done_any=0
-  for i in "${idx[@]}"; do IFS='|' read -r e impl v s runname label <<<"${runs[i]}"; specs+=("$runname=$s"); done
-  IFS='|' read -r e impl v s runname label <<<"${runs[idx[0]]}"
+  local idx=("$@") specs=() i e impl v s runname label k gname con t0 rc dt left=() done_any=0
+  for i in "${idx[@]}"; do IFS='|' read -r e impl v s runname label k <<<"${runs[i]}"; specs+=("$runname=$s"); done
+  IFS='|' read -r e impl v s runname label k <<<"${runs[idx[0]]}"
   gname=group-$runname; con=$OUTDIR/$gname.console.log
   mkdir -p "$OUTDIR"
   export BED_WEARABLE=${impl/none/bumble}
   if [[ -n $v ]]; then export BLUEZ=$v; else unset BLUEZ; fi
+  if [[ -n $k ]]; then export BED_KERNEL=$k; else unset BED_KERNEL; fi
   t0=$(date +%s.%N)
   "$TB/run-vm" --group --name "$gname" --out "$OUTDIR" "${specs[@]}" >"$con" 2>&1
   for i in "${idx[@]}"; do
-    IFS='|' read -r e impl v s runname label <<<"${runs[i]}"
+    IFS='|' read -r e impl v s runname label k <<<"${runs[i]}"
     dt=$(cat "$OUTDIR/$runname/group-wall" 2>/dev/null || echo 0)
     if [[ -s $OUTDIR/$runname/group-rc ]]; then
       done_any=1; run_one "$i" "$(<"$OUTDIR/$runname/group-rc")" "$dt" "$gname"
@@ -268,10 +282,10 @@ GROUP=${E2E_GROUP:-1}
 declare -A gkey=()   # key → indices
 units=()             # "expected|indices"
 for ((i = 0; i < ${#runs[@]}; i++)); do
-  IFS='|' read -r e impl v s runname label <<<"${runs[i]}"
+  IFS='|' read -r e impl v s runname label k <<<"${runs[i]}"
   hdr=$(head -n 20 "$s" | grep -m1 -E '^(#|//) *testbed:' || true)
   if ((GROUP > 1)) && [[ ! $hdr =~ mode=systemd && ! $hdr =~ boots=[0-9] && ! $hdr =~ own_vm=yes ]]; then
-    gkey[${impl/none/bumble}|$v]+="$i "   # a run without a wearable is a Bumble one (BED_WEARABLE)
+    gkey[${impl/none/bumble}|$v|$k]+="$i "   # a run without a wearable is a Bumble one (BED_WEARABLE)
   else units+=("$e|$i"); fi
 done
 for k in "${!gkey[@]}"; do
@@ -295,8 +309,8 @@ t_all=$SECONDS
 declare -A running=()   # pid → indices (a unit: one run, or a group)
 next=0; done_n=0
 report() { # print a finished run's console and result as one block
-  local i=$1 r=${runs[$1]} e impl v s runname label
-  IFS='|' read -r e impl v s runname label <<<"$r"
+  local i=$1 r=${runs[$1]} e impl v s runname label k
+  IFS='|' read -r e impl v s runname label k <<<"$r"
   printf '\n\033[1m=== %s (%d of %d done, %d s into the tier)\033[0m\n' "$label" "$done_n" "${#runs[@]}" $((SECONDS - t_all))
   sed '1d' "$OUTDIR/$runname.console.log" 2>/dev/null
   [[ -s $RES/$i ]] && cut -f3- "$RES/$i" || echo "FAIL  $label  (no result: the run's job died)"

@@ -45,32 +45,8 @@ BUMBLE_VERSION=0.0.236
 . "$REPO/Tests/testbed/bed-cache"; VENV=${BED_BUMBLE_VENV:-$(bed_cache_dir "$REPO")/bumble-venv}
 KDIR=${BED_KERNEL_DIR:-$(bed_cache_dir "$REPO")/kernel}
 have_kernel() { compgen -G "$KDIR/boot/vmlinuz-6.1[2-9]*" >/dev/null; }
-fetch_kernel() {
-  local apt_dir=${KDIR%/}-apt tmp pkg opts
-  echo "install-deps: fetching Debian's 6.12 kernel package (bookworm-backports) into $KDIR; nothing is installed on this host"
-  mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial"
-  echo "deb http://deb.debian.org/debian bookworm-backports main" >"$apt_dir/sources.list"
-  : >"$apt_dir/status"
-  opts=(-o "Dir::Etc::SourceList=$apt_dir/sources.list" -o "Dir::Etc::SourceParts=$apt_dir/none"
-        -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::State::status=$apt_dir/status"
-        -o "Dir::Cache=$apt_dir/cache" -o "APT::Get::List-Cleanup=0" -o "APT::Sandbox::User=root")
-  apt-get "${opts[@]}" -q update >/dev/null || { echo "install-deps: apt-get update of bookworm-backports failed" >&2; return 1; }
-  # the metapackage names the kernel it stands for
-  pkg=$(apt-cache "${opts[@]}" depends linux-image-amd64 2>/dev/null | awk '$1 == "Depends:" && $2 ~ /^linux-image-6\.1[2-9]/ { print $2; exit }')
-  [[ -n $pkg ]] || { echo "install-deps: no linux-image-6.12 in bookworm-backports' linux-image-amd64" >&2; return 1; }
-  tmp=$(mktemp -d "${TMPDIR:-/tmp}/bed-kernel.XXXXXX")
-  (cd "$tmp" && apt-get "${opts[@]}" -q download "$pkg" >/dev/null) || { rm -rf "$tmp"; echo "install-deps: apt-get download $pkg failed" >&2; return 1; }
-  rm -rf "$KDIR.part" && mkdir -p "$KDIR.part" && dpkg-deb -x "$tmp"/*.deb "$KDIR.part" || { rm -rf "$tmp" "$KDIR.part"; return 1; }
-  # merged /usr (trixie's packages put modules under usr/lib): one place for run-vm to look
-  [[ -d $KDIR.part/lib/modules || ! -d $KDIR.part/usr/lib/modules ]] || ln -s usr/lib "$KDIR.part/lib"
-  # modules.dep is made by the package's postinst (depmod), which never runs here
-  local v; for v in "$KDIR.part"/lib/modules/*; do
-    /sbin/depmod -b "$KDIR.part" "${v##*/}" || { rm -rf "$tmp" "$KDIR.part"; echo "install-deps: depmod failed" >&2; return 1; }
-  done
-  rm -rf "$tmp" "$KDIR" && mv "$KDIR.part" "$KDIR"
-  have_kernel || { echo "install-deps: $pkg unpacked, but no vmlinuz-6.12 in $KDIR/boot" >&2; return 1; }
-  echo "install-deps: $pkg unpacked into $KDIR ($(du -sh "$KDIR" | cut -f1))"
-}
+# fetch-kernel.sh fetches and unpacks it (and, for runs that ask, 6.1 and the newest: e2e.sh)
+fetch_kernel() { "$REPO/Tests/testbed/fetch-kernel.sh" 6.12 >/dev/null; }
 have_bumble() {
   "$VENV/bin/python" -c "import importlib.metadata as m, bumble.device; assert m.version('bumble') == '$BUMBLE_VERSION'" 2>/dev/null
 }
