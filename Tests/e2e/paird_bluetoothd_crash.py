@@ -29,13 +29,18 @@ def landed(watch, n_state):
     reaction to the crash (its first state that is neither set-up nor connected), a `connected`
     means the link had been set up before bluetoothd died ("connected"); none means it died
     during the set-up ("set-up"). Waits for that reaction."""
-    wait_for(lambda: any(s not in SETUP + ("connected",) for s in watch.states(n_state)), 30,
-             "paird's reaction to the crash in pairctl watch")
-    seen = watch.states(n_state)
-    upto = next(i for i, s in enumerate(seen) if s not in SETUP + ("connected",))
-    if "connected" in seen[:upto]:
-        return "connected"
-    return "set-up" if any(s in SETUP for s in seen[:upto]) else "before the set-up"
+    live = SETUP + ("connected",)
+
+    def link_then_reaction():
+        # from the link's first state on (a late line of the wait before it is no reaction)
+        seen = watch.states(n_state)
+        i0 = next((i for i, s in enumerate(seen) if s in live), None)
+        if i0 is None:
+            return None
+        upto = next((i for i in range(i0, len(seen)) if seen[i] not in live), None)
+        return seen[i0:upto] if upto is not None else None
+    link = wait_for(link_then_reaction, 30, "paird's reaction to the crash in pairctl watch")
+    return "connected" if "connected" in link else "set-up"
 
 
 def wait_back(pid, t):
