@@ -66,7 +66,7 @@ def main():
         log(f"pairctl status answered in {now() - t_status:.2f} s while 20-hang ran")
         check(st["daemon"]["running"], "pairctl status answers")
         check(hanging and after == [], f"…while 20-hang was still running (alive: {hanging}; the next script's lines: {after})")
-        wait_for(lambda: [a for a in alerts() if a[:2] == ["after", "batteryLow"]], 20, "the third script, after the hanging one was killed")
+        wait_for(lambda: [a for a in alerts() if a[:2] == ["after", "batteryLow"]], TIMEOUT_S + 20, "the third script, after the hanging one was killed")
         log(f"battery 14 → the third script ran {now() - t:.2f} s later (the hang killed at DispatcherTimeout, {TIMEOUT_S} s)")
         check(process_gone(pid), f"20-hang (pid {pid}) gone once the next script ran")
         wait_for(lambda: "killed at the time limit" in p.logtext(), 10, "paird's log naming the killed script")
