@@ -25,6 +25,7 @@ controller up for wake, then hci_resume_dev), BED_X_SLEEP_S seconds apart. The g
 stop, so neither do the wearable or the kernel's timers: under qemu TCG the guest did not wake
 from s2idle or S3 on the RTC alarm (tried: systemctl suspend with SuspendState=freeze and an RTC
 wakealarm; the VM hung until the host's deadline)."""
+import contextlib
 import json
 import os
 import statistics
@@ -43,6 +44,7 @@ MSG_HOST_ASLEEP = "3c1e5b0a9d7f4e2b8a6c4d1f0e9b7a52"
 MSG_LINK_LOST = "5c5a55419d41426389004542fbd35400"
 MSG_RESUME_STEP = "3e3069e18e6b4d7aaa0801041fc877cd"
 FORCE = "/sys/kernel/debug/bluetooth/hci0/force_suspend"
+AT_SLEEP = "/run/bed/inhibitors-at-sleep.json"   # logind's inhibitors as the sleep's stand-in began
 TEXTDIR = "/var/lib/prometheus/node-exporter"
 PROM = os.path.join(REPO, ".build/prometheus/usr/bin")
 
@@ -54,6 +56,11 @@ def inhibitors():
         return [f"{i[0]} {i[1]} {i[3]}" for i in json.loads(out)["data"][0]]
     except (ValueError, KeyError, IndexError):
         return []
+
+
+def parse_inhibitors(text):
+    """ListInhibitors' reply (busctl --json=short) as inhibitors() lists them; raises if it is not one."""
+    return [f"{i[0]} {i[1]} {i[3]}" for i in json.loads(text)["data"][0]]
 
 
 def promql(q):
@@ -91,7 +98,11 @@ def main():
     with step(f"the sleep's stand-in: systemd-suspend.service suspends hci0 for {SLEEP_S} s (the kernel's hci_suspend_dev)"):
         sh("mkdir -p /run/systemd/system/systemd-suspend.service.d")
         with open("/run/systemd/system/systemd-suspend.service.d/bed.conf", "w") as f:
-            f.write("[Service]\nExecStart=\nExecStart=/bin/sh -c 'echo Y > %s; sleep %d; echo N > %s'\n" % (FORCE, SLEEP_S, FORCE))
+            # first, before anything of the sleep: logind's inhibitors as the sleep begins (the
+            # order check of "released before the sleep"), then the kernel's suspend of hci0
+            f.write("[Service]\nExecStart=\nExecStart=/bin/sh -c 'busctl --json=short call org.freedesktop.login1 "
+                    "/org/freedesktop/login1 org.freedesktop.login1.Manager ListInhibitors > %s.part && mv %s.part %s; "
+                    "echo Y > %s; sleep %d; echo N > %s'\n" % (AT_SLEEP, AT_SLEEP, AT_SLEEP, FORCE, SLEEP_S, FORCE))
         sh("systemctl daemon-reload")
 
     back, came_back = [], 0
@@ -105,6 +116,8 @@ def main():
                 p.wait_state("waitingForDevice", 30)
                 wait_for(lambda: len(journal_entries(MSG_LINK_LOST)) > lost0, 10, "the walk-away's 'link lost' entry")
             sleeping, resumed, asleep, lost = (len(journal_entries(m)) for m in (MSG_HOST_SLEEPING, MSG_HOST_RESUMED, MSG_HOST_ASLEEP, MSG_LINK_LOST))
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(AT_SLEEP)
             t0 = now()
             sh("systemctl suspend", timeout=30)
             wait_for(lambda: len(journal_entries(MSG_HOST_SLEEPING)) > sleeping, 20, "paird's 'going to sleep' entry")
@@ -113,7 +126,13 @@ def main():
             else:
                 e = wait_for(lambda: journal_entries(MSG_HOST_ASLEEP)[asleep:], 20, "the strap's host-asleep entry")[-1]
                 check(e.get("PAIRD_DEVICE") == w.address and e.get("PAIRD_REASON") == "host-asleep", f"host-asleep entry: {e.get('MESSAGE')!r}")
-            wait_for(lambda: "sleep paird delay" not in inhibitors(), 10, "paird's inhibitor released before the sleep")
+            wait_for(lambda: "sleep paird delay" not in inhibitors(), 10, "paird's inhibitor released")
+            # The order: released *before* the sleep began. logind goes on to the sleep without a
+            # delay inhibitor's release after InhibitDelayMaxSec, so "released at some point" is not
+            # it: the sleep's stand-in lists logind's inhibitors first thing, and paird's must be gone.
+            at_sleep = parse_inhibitors(wait_for(lambda: open(AT_SLEEP).read(), 30, "the inhibitors listed as the sleep began"))
+            log(f"sleep {k}: logind's inhibitors as the sleep began: {at_sleep}")
+            check("sleep paird delay" not in at_sleep, "paird's inhibitor was released before the sleep began")
             wait_for(lambda: len(journal_entries(MSG_HOST_RESUMED)) > resumed, SLEEP_S + 30, "paird's 'woke up' entry")
             t_resume = now()
             m = watch.count()
