@@ -30,6 +30,13 @@ if [[ ! -x $PROM_DIR/usr/bin/promtool || ! -x $PROM_DIR/usr/bin/prometheus-node-
   for d in "$tmp"/*.deb; do dpkg-deb -x "$d" "$PROM_DIR"; done
   rm -rf "$tmp"
 fi
+# The metrics tests fail without them (they do not skip): say so here, at the cause.
+for t in promtool prometheus prometheus-node-exporter; do
+  if [[ ! -x $PROM_DIR/usr/bin/$t ]]; then
+    echo "install-build-deps: $PROM_DIR/usr/bin/$t is missing after unpacking Debian's prometheus and prometheus-node-exporter" >&2
+    exit 1
+  fi
+done
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -4,8 +4,8 @@ import PairingCore
 
 /// The Prometheus textfile end to end: the real paird writes it as a wearable connects, drops
 /// and comes back; Debian's promtool (package prometheus, Tests/install-build-deps.sh) checks it
-/// and the shipped alert rules (Tests/install-build-deps.sh unpacks it; without it those checks
-/// are skipped and say so).
+/// and the shipped alert rules (Tests/install-build-deps.sh unpacks it; without it those tests
+/// fail, saying so: a check that was not made is not a check that passed).
 @Suite("Metrics for Prometheus against a mocked BlueZ", .serialized)
 struct MetricsIntegrationTests {
     let watch = MockedHost.watch
@@ -16,6 +16,14 @@ struct MetricsIntegrationTests {
         return FileManager.default.isExecutableFile(atPath: unpacked) ? unpacked : "/usr/bin/\(name)"
     }
     static let promtool = tool("promtool")
+
+    /// `path`, or a test failure naming the tool and how to get it: tests that need Debian's
+    /// Prometheus tools fail without them rather than pass having checked nothing.
+    static func required(_ path: String) throws -> String {
+        try #require(FileManager.default.isExecutableFile(atPath: path),
+                     "\((path as NSString).lastPathComponent) is in neither .build/prometheus/usr/bin nor /usr/bin: run Tests/install-build-deps.sh (it unpacks Debian's prometheus and prometheus-node-exporter into .build/prometheus)")
+        return path
+    }
 
     func samples(_ path: String) -> [String: Double] {
         var out: [String: Double] = [:]
@@ -29,6 +37,7 @@ struct MetricsIntegrationTests {
 
     @Test("[Metrics] Textfile: paird writes connected, the drop by reason and the reconnect; promtool accepts the file")
     func textfile() throws {
+        let promtool = try Self.required(Self.promtool)
         let host = try MockedHost()
         let prom = host.dir.appendingPathComponent("paird.prom").path
         try "[Health]\nFirstDataTimeout = 0\n[Metrics]\nTextfile = \(prom)\nInterval = 1\n"
@@ -64,10 +73,8 @@ struct MetricsIntegrationTests {
         Thread.sleep(forTimeInterval: 2.5)
         #expect(try FileManager.default.attributesOfItem(atPath: prom)[.modificationDate] as? Date == before)
 
-        if FileManager.default.isExecutableFile(atPath: Self.promtool) {
-            let r = host.run("/bin/sh", ["-c", "\(Self.promtool) check metrics < '\(prom)'"])
-            #expect(r.status == 0, "promtool check metrics: \(r.out)\(r.err)\n\((try? String(contentsOfFile: prom, encoding: .utf8)) ?? "")")
-        }
+        let r = host.run("/bin/sh", ["-c", "\(promtool) check metrics < '\(prom)'"])
+        #expect(r.status == 0, "promtool check metrics: \(r.out)\(r.err)\n\((try? String(contentsOfFile: prom, encoding: .utf8)) ?? "")")
         try host.stopPaird()
         #expect(samples(prom)["paird_wearable_connected{\(l)}"] == 1, "the file stays as last written when paird stops")
     }
@@ -85,10 +92,10 @@ struct MetricsIntegrationTests {
         return Int(UInt16(bigEndian: a.sin_port))
     }
 
-    @Test("a real node_exporter reads paird's textfile and a real Prometheus scrapes it: PromQL answers connected and drops by reason",
-          .enabled(if: FileManager.default.isExecutableFile(atPath: tool("prometheus")) && FileManager.default.isExecutableFile(atPath: tool("prometheus-node-exporter")),
-                   "needs Debian's prometheus and prometheus-node-exporter (unpacked by Tests/install-build-deps.sh)"))
+    @Test("a real node_exporter reads paird's textfile and a real Prometheus scrapes it: PromQL answers connected and drops by reason")
     func scrapedByPrometheus() throws {
+        let nodeExporter = try Self.required(Self.tool("prometheus-node-exporter"))
+        let prometheusBin = try Self.required(Self.tool("prometheus"))
         let host = try MockedHost()
         let textDir = host.dir.appendingPathComponent("textfile")
         try FileManager.default.createDirectory(at: textDir, withIntermediateDirectories: true)
@@ -104,14 +111,14 @@ struct MetricsIntegrationTests {
 
         // Loopback only, free ports, everything under the host's directory; killed by MockedHost.
         let (nodePort, promPort) = (Self.freePort(), Self.freePort())
-        let exporter = host.start(Self.tool("prometheus-node-exporter"), [
+        let exporter = host.start(nodeExporter, [
             "--web.listen-address=127.0.0.1:\(nodePort)", "--collector.disable-defaults", "--collector.textfile",
             "--collector.textfile.directory=\(textDir.path)"], timeout: 120)
         defer { kill(exporter.process.processIdentifier, SIGKILL) }
         let config = host.dir.appendingPathComponent("prometheus.yml")
         try "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: node\n    static_configs:\n      - targets: ['127.0.0.1:\(nodePort)']\n"
             .write(to: config, atomically: true, encoding: .utf8)
-        let prometheus = host.start(Self.tool("prometheus"), [
+        let prometheus = host.start(prometheusBin, [
             "--config.file=\(config.path)", "--storage.tsdb.path=\(host.dir.appendingPathComponent("tsdb").path)",
             "--web.listen-address=127.0.0.1:\(promPort)"], timeout: 120)
         defer { kill(prometheus.process.processIdentifier, SIGKILL) }
@@ -144,9 +151,9 @@ struct MetricsIntegrationTests {
         #expect(!host.log().contains("metrics:"))
     }
 
-    @Test("the shipped Grafana dashboard: JSON, its queries parse (promtool, as recording rules) and name only paird's metrics",
-          .enabled(if: FileManager.default.isExecutableFile(atPath: promtool), "needs promtool (Debian's prometheus, unpacked by Tests/install-build-deps.sh)"))
+    @Test("the shipped Grafana dashboard: JSON, its queries parse (promtool, as recording rules) and name only paird's metrics")
     func dashboard() throws {
+        let promtool = try Self.required(Self.promtool)
         let data = try Data(contentsOf: Self.repo.appendingPathComponent("etc/grafana/paird-dashboard.json"))
         let doc = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
         let panels = try #require(doc["panels"] as? [[String: Any]])
@@ -170,7 +177,7 @@ struct MetricsIntegrationTests {
         }
         try yaml.write(to: dir.appendingPathComponent("dash.yml"), atomically: true, encoding: .utf8)
         let p = Process()
-        p.executableURL = URL(fileURLWithPath: Self.promtool)
+        p.executableURL = URL(fileURLWithPath: promtool)
         p.arguments = ["check", "rules", dir.appendingPathComponent("dash.yml").path]
         let out = Pipe()
         p.standardOutput = out
@@ -181,13 +188,13 @@ struct MetricsIntegrationTests {
         #expect(p.terminationStatus == 0, "\(text)\n\(yaml)")
     }
 
-    @Test("promtool check rules accepts the shipped alert rules, and its unit tests of them pass",
-          .enabled(if: FileManager.default.isExecutableFile(atPath: promtool), "needs promtool (Debian's prometheus, unpacked by Tests/install-build-deps.sh)"))
+    @Test("promtool check rules accepts the shipped alert rules, and its unit tests of them pass")
     func alertRules() throws {
+        let promtool = try Self.required(Self.promtool)
         let dir = Self.repo.appendingPathComponent("etc/prometheus")
         for args in [["check", "rules", "paird-alerts.yml"], ["test", "rules", "paird-alerts.test.yml"]] {
             let p = Process()
-            p.executableURL = URL(fileURLWithPath: Self.promtool)
+            p.executableURL = URL(fileURLWithPath: promtool)
             p.arguments = args
             p.currentDirectoryURL = dir
             let out = Pipe()
