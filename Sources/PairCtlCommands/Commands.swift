@@ -53,7 +53,8 @@ public struct Pairctl: ParsableCommand {
             try command.run()
             return 0
         } catch let e as PairctlError {
-            writeAll(2, "pairctl: \(e.message)\n")
+            // its message may carry a name or a BlueZ message: one line, no control characters
+            writeAll(2, "pairctl: \(e.message.terminalSafe)\n")
             return e.exit.rawValue
         } catch let e as ExitCode {
             return e.rawValue   // doctor: its verdict is on stdout already
@@ -183,9 +184,14 @@ struct List: ParsableCommand {
             say(ListDocument(devices: devices).json())
             return
         }
-        if !noLegend { say(Self.header) }
-        for d in devices {
-            say("\(padded(d.address, 17))  \(padded(StatusText.human(d.state), 20))  \(d.name)")
+        for line in Self.lines(devices, legend: !noLegend) { say(line) }
+    }
+
+    /// The text output: the header (`legend`), then one line per wearable, whatever its name
+    /// holds (a name is `terminalSafe`: a new line in it is `\n`, not a second line).
+    static func lines(_ devices: [StatusDocument.Device], legend: Bool = true) -> [String] {
+        (legend ? [header] : []) + devices.map {
+            "\(padded($0.address.terminalSafe, 17))  \(padded(StatusText.human($0.state).terminalSafe, 20))  \($0.name.terminalSafe)"
         }
     }
 }
@@ -250,6 +256,11 @@ struct Status: ParsableCommand {
         return one
     }
 
+    /// `status --watch`'s text line for a wearable's change, after the time.
+    static func watchLine(_ d: StatusDocument.Device) -> String {
+        "\(d.name.isEmpty ? d.address.terminalSafe : "\(d.name.terminalSafe) \(d.address.terminalSafe)"): \(StatusText.describe(d))"
+    }
+
     func run() throws {
         let client: PairdClient
         do { client = try PairdClient() } catch let e {
@@ -294,11 +305,11 @@ struct Status: ParsableCommand {
             }
             for d in s.devices where known[d.address] != d.state {
                 known[d.address] = d.state
-                say("\(timestamp(Date())) \(d.name.isEmpty ? d.address : "\(d.name) \(d.address)"): \(StatusText.describe(d))")
+                say("\(timestamp(Date())) \(Self.watchLine(d))")
             }
             for gone in Set(known.keys).subtracting(s.devices.map(\.address)) {
                 known[gone] = nil
-                say("\(timestamp(Date())) \(gone): unpaired")
+                say("\(timestamp(Date())) \(gone.terminalSafe): unpaired")
             }
         }
         // StateChanged and the status properties' PropertiesChanged (the pairing's phase) are
@@ -373,7 +384,13 @@ struct Watch: ParsableCommand {
             case .battery(let p): "(battery level: \(p)%) "
             }
         } ?? ""
-        return "\(address) notify \(uuid) \(decoded)\(hex(value))"
+        return "\(address.terminalSafe) notify \(uuid.terminalSafe) \(decoded)\(hex(value))"
+    }
+
+    /// The text of a state line after the time: `<address> state <state>[ <reason>]`; the reason
+    /// may be BlueZ's (`terminalSafe`, as every field of a text line).
+    static func stateText(_ address: String, _ state: String, _ reason: String) -> String {
+        "\(address.terminalSafe) state \(state.terminalSafe)\(reason.isEmpty ? "" : " " + reason.terminalSafe)"
     }
 
     static func notifyJSON(_ address: String, _ uuid: String, _ value: [UInt8], time: Date = Date()) -> String {
@@ -411,11 +428,11 @@ struct Watch: ParsableCommand {
             guard args.count == 3, let a = args[0].string, let s = args[1].string else { return }
             let reason = args[2].string ?? ""
             say(json ? compactJSON(Line(event: "state", address: a, state: s, reason: reason.isEmpty ? nil : reason))
-                : "\(stamp()) \(a) state \(s)\(reason.isEmpty ? "" : " " + reason)")
+                : "\(stamp()) \(Self.stateText(a, s, reason))")
         }
         client.on("Battery") { args in
             guard args.count == 2, let a = args[0].string, let p = args[1].uint8 else { return }
-            say(json ? compactJSON(Line(event: "battery", address: a, percent: Int(p))) : "\(stamp()) \(a) battery \(p)")
+            say(json ? compactJSON(Line(event: "battery", address: a, percent: Int(p))) : "\(stamp()) \(a.terminalSafe) battery \(p)")
         }
         try client.runUntil { false }
     }

@@ -427,14 +427,16 @@ public enum Doctor {
 
     // MARK: output
 
-    /// The text output: one line per check (`ok` / `FAIL`), then the verdict and its fix.
+    /// The text output: one line per check (`ok` / `FAIL`), then the verdict and its fix. Their
+    /// texts carry names and messages from the air, BlueZ, the kernel and paird: `terminalSafe`
+    /// (`--json` has them exact).
     public static func text(_ r: Result) -> [String] {
         var lines: [String] = []
-        for c in r.checks { lines += wrap("\(c.ok ? "ok  " : "FAIL") \(padded(c.check, 10)) ", c.detail) }
+        for c in r.checks { lines += wrap("\(c.ok ? "ok  " : "FAIL") \(padded(c.check.terminalSafe, 10)) ", c.detail.terminalSafe) }
         if let v = r.verdict {
             lines.append("")
-            lines += wrap("verdict: ", v.text)
-            if let fix = v.fix { lines += wrap("fix:     ", fix) }
+            lines += wrap("verdict: ", v.text.terminalSafe)
+            if let fix = v.fix { lines += wrap("fix:     ", fix.terminalSafe) }
         }
         return lines
     }

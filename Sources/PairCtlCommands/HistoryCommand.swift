@@ -178,7 +178,9 @@ public struct HistoryDocument: Encodable {
 public enum HistoryText {
     public static func render(_ a: HistoryAnalysis) -> String {
         let since = Date(timeIntervalSince1970: a.since)
-        var lines = ["\(a.name.isEmpty ? a.device : "\(a.name) (\(a.device))") since \(timestamp(since)) (\(duration(a.until - a.since)))"]
+        // the record's name, address and reasons are the air's and BlueZ's: terminalSafe
+        let device = a.device.terminalSafe
+        var lines = ["\(a.name.isEmpty ? device : "\(a.name.terminalSafe) (\(device))") since \(timestamp(since)) (\(duration(a.until - a.since)))"]
         if let p = a.availabilityPercent {
             lines.append("  availability: \(fixed(p, 2)) % of \(duration(a.wantedSeconds)) wanted connected"
                          + " (connected \(duration(a.connectedSeconds)), away \(duration(a.awaySeconds)), down \(duration(a.downSeconds)))")
@@ -190,11 +192,11 @@ public enum HistoryText {
         if a.drops.isEmpty {
             lines.append("  drops: none")
         } else {
-            let parts = a.dropsByReason.sorted { $0.value != $1.value ? $0.value > $1.value : $0.key < $1.key }.map { "\($0.key) \($0.value)" }
+            let parts = a.dropsByReason.sorted { $0.value != $1.value ? $0.value > $1.value : $0.key < $1.key }.map { "\($0.key.terminalSafe) \($0.value)" }
             lines.append("  drops: \(a.drops.count) (\(parts.joined(separator: ", ")))")
         }
         if let g = a.longestGap {
-            lines.append("  longest gap: \(duration(g.seconds)) from \(timestamp(Date(timeIntervalSince1970: g.start)))\(g.reason.map { " (\($0))" } ?? "")")
+            lines.append("  longest gap: \(duration(g.seconds)) from \(timestamp(Date(timeIntervalSince1970: g.start)))\(g.reason.map { " (\($0.terminalSafe))" } ?? "")")
         } else {
             lines.append("  longest gap: none")
         }

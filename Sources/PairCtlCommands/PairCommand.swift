@@ -141,7 +141,7 @@ struct Pair: ParsableCommand {
             }
             switch kind {
             case "enter-passkey":
-                prompt.ask("Enter the 6-digit passkey shown on \(text.isEmpty ? address : text): ") { line in
+                prompt.ask("Enter the 6-digit passkey shown on \((text.isEmpty ? address : text).terminalSafe): ") { line in
                     guard let k = Self.parsePasskey(line) else { return "a passkey is 6 digits; try again: " }
                     prompt.answer("AnswerPasskey", .uint32(k))
                     return nil
@@ -158,9 +158,10 @@ struct Pair: ParsableCommand {
                 say("Type \(number) on \(who) (and confirm it there)")
             case "question-canceled":
                 prompt.cancel()
-                say(text)
+                say(text.terminalSafe)
             default:
-                say(text)
+                // paird's line holds the wearable's name as the air gave it: shown terminalSafe
+                say(text.terminalSafe)
             }
         }
         var result: Result<[DBusValue], DBusError>?
@@ -175,7 +176,7 @@ struct Pair: ParsableCommand {
             let addr = values.first?.string ?? "?"
             let name = values.count > 1 ? values[1].string ?? "" : ""
             if json { say(compactJSON(Event(event: "connected", address: addr, name: name))) }
-            else { say("connected, services resolved: \(name) (\(addr))") }
+            else { say("connected, services resolved: \(name.terminalSafe) (\(addr.terminalSafe))") }
         case .failure(let e)?:
             let error = PairctlError(e)
             throw error   // run() prints the `failed` line with --json
@@ -185,11 +186,12 @@ struct Pair: ParsableCommand {
         }
     }
 
-    /// `text` of confirm-passkey / display-passkey: the six digits, a space, the wearable's name.
+    /// `text` of confirm-passkey / display-passkey: the six digits, a space, the wearable's name
+    /// (both `terminalSafe`: they are printed).
     static func numberAndName(_ text: String, _ address: String) -> (String, String) {
         let parts = text.split(separator: " ", maxSplits: 1).map(String.init)
         let name = parts.count > 1 && !parts[1].isEmpty ? parts[1] : address
-        return (parts.first ?? text, name)
+        return ((parts.first ?? text).terminalSafe, name.terminalSafe)
     }
 }
 
@@ -243,7 +245,7 @@ final class Prompt {
     func answer(_ method: String, _ value: DBusValue) {
         client.bus.call(destination: PairdAPI.busName, path: PairdAPI.objectPath, interface: PairdAPI.interface,
                         method: method, args: [value], timeout: .seconds(10)) { result in
-            if case .failure(let e) = result { writeAll(2, "pairctl: answer not taken: \(e.message)\n") }
+            if case .failure(let e) = result { writeAll(2, "pairctl: answer not taken: \(e.message.terminalSafe)\n") }
         }
     }
 

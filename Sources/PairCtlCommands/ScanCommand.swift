@@ -234,7 +234,7 @@ struct Scan: ParsableCommand {
             do throws(PairctlError) {
                 try adapterCall("StopDiscovery")
             } catch {
-                writeAll(2, "pairctl: StopDiscovery: \(error.message) (bluetoothd ends the session when pairctl exits)\n")
+                writeAll(2, "pairctl: StopDiscovery: \(error.message.terminalSafe) (bluetoothd ends the session when pairctl exits)\n")
             }
         }
         if bluezGone { throw PairctlError(.adapterUnavailable, "bluetoothd stopped during the scan") }

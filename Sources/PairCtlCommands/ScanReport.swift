@@ -143,10 +143,10 @@ public enum ScanReport {
         }
         if legend { lines.append(header) }
         for e in d.devices {
-            let name = printable(e.name ?? "(no name)")
+            let name = e.name.map(\.terminalSafe) ?? "(no name)"
             let shown = name.count > nameWidth ? String(name.prefix(nameWidth - 3)) + "..." : name
             let rssi = String(e.rssi)
-            let head = "\(padded(e.address, 17))  \(padded(e.addressType, 6))  \(String(repeating: " ", count: max(0, 4 - rssi.count)))\(rssi)  "
+            let head = "\(padded(e.address, 17))  \(padded(e.addressType.terminalSafe, 6))  \(String(repeating: " ", count: max(0, 4 - rssi.count)))\(rssi)  "
                 + "\(padded(e.known.words, 15))  \(padded(shown, nameWidth))  "
             let items = e.services.map(StatusText.shortUUID)
             if items.isEmpty { lines.append(trimRight(head)) } else { lines += StatusText.fit(head, items, separator: " ") }
@@ -155,12 +155,6 @@ public enum ScanReport {
     }
 
     public static func json(_ d: Document) -> String { compactJSON(d) }
-
-    /// A name from the air is shown as text: control characters (escape sequences, new lines)
-    /// become `?`.
-    static func printable(_ s: String) -> String {
-        String(String.UnicodeScalarView(s.unicodeScalars.map { $0.value < 0x20 || (0x7f...0x9f).contains($0.value) ? "?" : $0 }))
-    }
 
     static func trimRight(_ s: String) -> String {
         var s = s

@@ -32,7 +32,7 @@ enum StatusText {
     static func describe(_ d: StatusDocument.Device) -> String {
         switch d.state {
         case "needsRepair":
-            "needs pairing again\(d.repairReason.map { " (\(RepairReason(rawValue: $0)?.explanation ?? $0))" } ?? ""): run `pairctl pair \(d.address)`"
+            "needs pairing again\(d.repairReason.map { " (\(RepairReason(rawValue: $0)?.explanation ?? $0.terminalSafe))" } ?? ""): run `pairctl pair \(d.address)`"
         case "disconnected": "disconnected (as you asked): `pairctl connect \(d.address)` to bring it back"
         case "waitingForDevice": "out of range: paird reconnects it when it comes back"
         case "adapterUnavailable": "Bluetooth unavailable: paird reconnects it when the adapter is back"
@@ -108,7 +108,7 @@ enum StatusText {
     static func render(_ s: StatusDocument, now: Date = Date()) -> String {
         var lines: [String] = []
         if let why = s.daemon.stateFileError {
-            lines += fit("", ["state file: NOT WRITABLE (\(why)): changes since then are lost when paird restarts"])
+            lines += fit("", ["state file: NOT WRITABLE (\(why.terminalSafe)): changes since then are lost when paird restarts"])
         }
         if let list = s.adapters {
             // Several adapters configured: one line each; the first is the default for `pairctl pair`.
@@ -130,7 +130,7 @@ enum StatusText {
             lines += HostText.lines(h, names: Dictionary(s.devices.map { ($0.address, $0.name) }, uniquingKeysWith: { a, _ in a }), now: now)
         }
         if let p = s.pairing {
-            lines += fit("", ["pairing: \(p.phase)\(p.device.map { " \($0)" } ?? "")", "ends \(relative(p.deadline, now))"])
+            lines += fit("", ["pairing: \(p.phase.terminalSafe)\(p.device.map { " \($0.terminalSafe)" } ?? "")", "ends \(relative(p.deadline, now))"])
         }
         if s.devices.isEmpty { lines.append("no wearables paired (pairctl pair --service 180d)") }
         for d in s.devices { lines += device(d, now: now, adapter: s.adapter, adapters: s.adapters) }
@@ -138,7 +138,7 @@ enum StatusText {
     }
 
     static func adapterName(_ a: StatusDocument.Adapter) -> String {
-        let name = [a.name, a.address.map { "(\($0))" }].compactMap { $0 }.joined(separator: " ")
+        let name = [a.name, a.address.map { "(\($0))" }].compactMap { $0?.terminalSafe }.joined(separator: " ")
         return name.isEmpty ? "none" : name
     }
 
@@ -149,11 +149,11 @@ enum StatusText {
     static func device(_ d: StatusDocument.Device, now: Date, adapter: StatusDocument.Adapter? = nil, adapters: [StatusDocument.Adapter]? = nil) -> [String] {
         let own = d.bondAdapter.flatMap { b in adapters?.first { $0.address?.uppercased() == b.uppercased() } }
         let type = d.addressType == "random" ? " (random address)" : ""
-        let head = "\(d.name.isEmpty ? "(no name)" : d.name) \(d.address)\(type): "
+        let head = "\(d.name.isEmpty ? "(no name)" : d.name.terminalSafe) \(d.address.terminalSafe)\(type): "
         var items: [String] = []
         switch d.state {
         case "needsRepair":
-            items.append("needs pairing again\(d.repairReason.map { " (\(RepairReason(rawValue: $0)?.explanation ?? $0))" } ?? "")")
+            items.append("needs pairing again\(d.repairReason.map { " (\(RepairReason(rawValue: $0)?.explanation ?? $0.terminalSafe))" } ?? "")")
             items.append("run `pairctl pair \(d.address)`")
         case "disconnected": items += ["disconnected (as you asked)", "`pairctl connect \(d.address)` brings it back"]
         case "waitingForDevice": items += ["out of range", "paird reconnects it when it comes back"]
@@ -168,11 +168,11 @@ enum StatusText {
             }
         default: items.append(human(d.state))
         }
-        if let own, d.state != "adapterUnavailable", let name = own.name { items.append("on \(name)") }
+        if let own, d.state != "adapterUnavailable", let name = own.name { items.append("on \(name.terminalSafe)") }
         items.append("since \(relative(d.since, now))")
         if let b = d.battery { items.append("battery \(b)%") }
         if d.wanted == "disconnected" && d.state != "disconnected" { items.append("kept disconnected") }
-        if let l = d.lastDisconnect { items.append("last disconnect \(l.reason) \(relative(l.at, now))") }
+        if let l = d.lastDisconnect { items.append("last disconnect \(l.reason.terminalSafe) \(relative(l.at, now))") }
         if d.reconnectAttempts > 0 { items.append("\(d.reconnectAttempts) connect attempt(s)") }
         if !d.missingCharacteristics.isEmpty {
             items.append("MISSING on its link: \(d.missingCharacteristics.joined(separator: " ")) (dropped by a firmware update, or lost by BlueZ: `pairctl unpair` + `pairctl pair` make BlueZ read the services anew)")
@@ -206,7 +206,7 @@ enum BluetoothdText {
         if b.state == "stopped" { items[0] += " (by an administrator: paird does not start it)" }
         if b.state == "unknown" { items[0] += " (paird has not yet seen whether org.bluez is on the bus)" }
         if let c = b.lastCrash {
-            items.append("crashed \(StatusText.relative(c.at, now)) (\(c.cause))")
+            items.append("crashed \(StatusText.relative(c.at, now)) (\(c.cause.terminalSafe))")
             items.append(c.action)
             if let s = c.backAfter { items.append("back after \(seconds(s))") }
             if c.wearables > 0 {
@@ -234,7 +234,7 @@ enum HostText {
             let lasted = s.resumedAt.map { " for \(duration($0.timeIntervalSince(s.at)))" } ?? ""
             items.append("host: slept \(StatusText.relative(s.at, now))\(lasted)")
             for b in s.back {
-                let who = names[b.address].flatMap { $0.isEmpty ? nil : $0 } ?? b.address
+                let who = (names[b.address].flatMap { $0.isEmpty ? nil : $0 } ?? b.address).terminalSafe
                 items.append(b.after.map { "\(who) back after \(BluetoothdText.seconds($0))" } ?? "\(who) not back yet")
             }
         }

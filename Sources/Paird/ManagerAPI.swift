@@ -162,7 +162,28 @@ final class ManagerAPI {
 
     func pair(_ args: [DBusValue], _ call: MethodContext) throws {
         try refuseIfNeeded(.userPair(PairRequest()))   // busy before the options are even read
-        let options = args.first?.dictionary ?? [:]
+        var (request, adapterName) = try Self.pairRequest(args.first?.dictionary ?? [:])
+        switch backend.pairingAdapter(adapterName) {
+        case .success(let a): request.adapter = a
+        case .failure(let why):
+            // No adapter named: the machine says the adapter is unavailable, as before.
+            if !adapterName.isEmpty { throw DBusError(name: PairdAPI.Error.adapterUnavailable, message: why.text) }
+        }
+        pendingPair = call
+        backend.feed(.userPair(request))
+    }
+
+    /// The bounds of `Pair`'s options: anyone in the bluetooth group may call it, and what it
+    /// brings is kept for the pairing's length and logged. Name: BLE's longest device name
+    /// (Core spec, GAP Device Name: 248 octets), in UTF-8 bytes. Services: 16 UUIDs. Adapter: an
+    /// adapter name (hciN) or an address, 17 characters at most.
+    static let maxNameBytes = 248
+    static let maxServices = 16
+    static let maxAdapterLength = 17
+
+    /// `Pair`'s options as a request and the adapter asked for ("": the default); a wrong type,
+    /// value or size is `InvalidArguments` naming the option and its limit. Pure.
+    static func pairRequest(_ options: [String: DBusValue]) throws -> (PairRequest, String) {
         var request = PairRequest()
         var adapterName = ""
         for (key, value) in options {
@@ -175,6 +196,9 @@ final class ManagerAPI {
                 request.address = a
             case "Services":
                 guard let list = v.stringArray else { throw DBusError(name: PairdAPI.Error.invalidArguments, message: "Services: expected as") }
+                guard list.count <= maxServices else {
+                    throw DBusError(name: PairdAPI.Error.invalidArguments, message: "Services: at most \(maxServices) UUIDs, got \(list.count)")
+                }
                 request.serviceUUIDs = try list.map { s in
                     guard let u = ServiceUUID.normalize(s) else {
                         throw DBusError(name: PairdAPI.Error.invalidArguments, message: "Services: \"\(s)\" is not a UUID")
@@ -183,6 +207,10 @@ final class ManagerAPI {
                 }
             case "Name":
                 guard let s = v.string else { throw DBusError(name: PairdAPI.Error.invalidArguments, message: "Name: expected s") }
+                guard s.utf8.count <= maxNameBytes else {
+                    throw DBusError(name: PairdAPI.Error.invalidArguments,
+                                    message: "Name: at most \(maxNameBytes) bytes (BLE's longest device name), got \(s.utf8.count)")
+                }
                 request.nameContains = s
             case "Passkey":
                 guard let k = v.uint32, k <= 999_999 else {
@@ -197,6 +225,10 @@ final class ManagerAPI {
                 request.answers.interactive = b
             case "Adapter":
                 guard let s = v.string, !s.isEmpty else { throw DBusError(name: PairdAPI.Error.invalidArguments, message: "Adapter: expected a name or address (s)") }
+                guard s.count <= maxAdapterLength, s.utf8.count <= maxAdapterLength else {
+                    throw DBusError(name: PairdAPI.Error.invalidArguments,
+                                    message: "Adapter: at most \(maxAdapterLength) characters (an adapter name like hci0 or an address), got \(s.utf8.count) bytes")
+                }
                 adapterName = s
             case "Timeout":
                 guard let t = v.uint32, (1...600).contains(t) else {
@@ -207,14 +239,7 @@ final class ManagerAPI {
                 throw DBusError(name: PairdAPI.Error.invalidArguments, message: "unknown option \(key)")
             }
         }
-        switch backend.pairingAdapter(adapterName) {
-        case .success(let a): request.adapter = a
-        case .failure(let why):
-            // No adapter named: the machine says the adapter is unavailable, as before.
-            if !adapterName.isEmpty { throw DBusError(name: PairdAPI.Error.adapterUnavailable, message: why.text) }
-        }
-        pendingPair = call
-        backend.feed(.userPair(request))
+        return (request, adapterName)
     }
 
     /// A pairing's progress, as a `PairingProgress` signal to the caller of the running `Pair`.

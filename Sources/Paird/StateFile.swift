@@ -34,8 +34,8 @@ public struct StateFile: Sendable {
     /// Reads the file; anything damaged (corrupt, truncated, oversized) is moved aside, never
     /// deleted, so a person can look at it. A file of a newer paird is left as it is and paird
     /// refuses to start (`Unusable`): running on would write a version-1 document over it and a
-    /// downgrade would forget every wearable. So is a path that is a directory, or whose
-    /// directory does not exist.
+    /// downgrade would forget every wearable. So is a path that is a directory, whose directory
+    /// does not exist, or a file that is there but cannot be read (EACCES, EPERM, EIO).
     public func load(now: Date = Date()) throws -> LoadResult {
         var st = stat()
         if stat(path, &st) == 0, (st.st_mode & S_IFMT) != S_IFREG {
@@ -47,7 +47,13 @@ public struct StateFile: Sendable {
         }
         removeStaleTemporaries()
         // Reading one byte past the limit is enough to know a file is too large.
-        guard let bytes = try readFile(path, limit: PersistedState.maximumSize + 1) else { return .missing }
+        let read: [UInt8]?
+        do {
+            read = try readFile(path, limit: PersistedState.maximumSize + 1)
+        } catch let e as SystemError where Self.unreadableCodes.contains(e.code) {
+            throw Unusable(description: Self.unreadable(path, e))
+        }
+        guard let bytes = read else { return .missing }
         do {
             return .loaded(try PersistedState.decode(Data(bytes)))
         } catch StateFileError.futureVersion(let v) {
@@ -59,6 +65,20 @@ public struct StateFile: Sendable {
             if rename(path, aside) != 0 { throw SystemError("rename \(path) to \(aside)", errno) }
             return .quarantined(error, movedTo: aside)
         }
+    }
+
+    /// Errors that make a state file that is there unreadable (not missing, not corrupt): paird
+    /// must not start empty over it (it would forget every wearable at its next write), and a
+    /// restart does not fix them.
+    static let unreadableCodes: Set<Int32> = [EACCES, EPERM, EIO]
+
+    /// The message for an unreadable state file: its path, the error, and the fix.
+    static func unreadable(_ path: String, _ e: SystemError) -> String {
+        let fix = e.code == EIO
+            ? "check the disk (dmesg), then copy the file elsewhere or move it aside to start empty"
+            : "let the user paird read and write it (sudo chown paird:paird \(path); sudo chmod 600 \(path))"
+        return "state file \(path) cannot be read (\(e)): paird does not start without it, so as not to forget "
+            + "the wearables it holds: \(fix)"
     }
 
     /// A crash between creating the temporary file and renaming it leaves `state.json.tmp-XXXXXX`

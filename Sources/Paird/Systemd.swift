@@ -82,9 +82,7 @@ public final class Log: @unchecked Sendable {
             for (k, v) in fields { entries.append("\(k)=\(v)") }
             Log.sendv(entries)
         } else {
-            var line = message
-            let extra = fields.filter { !$0.value.isEmpty }.map { "\($0.key)=\($0.value)" }
-            if !extra.isEmpty { line += "  [" + extra.joined(separator: " ") + "]" }
+            let line = Self.plainLine(message, fields)
             let tag: String
             switch priority {
             case .error: tag = "error: "
@@ -99,6 +97,17 @@ public final class Log: @unchecked Sendable {
             }
             writeAll(2, "paird: \(tag)\(line)\n")
         }
+    }
+
+    /// A readable line's text (after `paird: ` and the tag): the message, then the fields that
+    /// have a value. Both may hold what paird does not control (a wearable's name, a BlueZ error
+    /// message): `terminalSafe`, so the line is one line with no control character in it. The
+    /// journal gets the exact text.
+    static func plainLine(_ message: String, _ fields: [(key: String, value: String)]) -> String {
+        var line = message.terminalSafe
+        let extra = fields.filter { !$0.value.isEmpty }.map { "\($0.key)=\($0.value.terminalSafe)" }
+        if !extra.isEmpty { line += "  [" + extra.joined(separator: " ") + "]" }
+        return line
     }
 
     public func error(_ m: String) { log(.error, m) }

@@ -73,6 +73,35 @@ struct StateFileTests {
         #expect(throws: StateFile.Unusable.self) { try StateFile(path: dir + "/nope/state.json").load() }
     }
 
+    @Test("a state file that is there but cannot be read (EIO, EACCES) is unusable (exit 78): its path and the fix, never started empty")
+    func unreadable() throws {
+        // /proc/self/mem is a regular file whose read at offset 0 fails with EIO, also for root.
+        do {
+            _ = try StateFile(path: "/proc/self/mem").load()
+            Issue.record("loaded")
+        } catch let e as StateFile.Unusable {
+            #expect(e.description.hasPrefix("state file /proc/self/mem cannot be read (read /proc/self/mem: Input/output error)"), "\(e)")
+            #expect(e.description.contains("check the disk"), "\(e)")
+        }
+        let denied = StateFile.unreadable("/var/lib/paird/state.json", SystemError("open /var/lib/paird/state.json", EACCES))
+        #expect(denied == "state file /var/lib/paird/state.json cannot be read (open /var/lib/paird/state.json: Permission denied): "
+                + "paird does not start without it, so as not to forget the wearables it holds: let the user paird read and write it "
+                + "(sudo chown paird:paird /var/lib/paird/state.json; sudo chmod 600 /var/lib/paird/state.json)")
+        // Root reads a file of mode 000: the real EACCES only for another user.
+        if getuid() != 0 {
+            let dir = try tempDir()
+            let f = StateFile(path: dir + "/state.json")
+            try f.save(doc)
+            chmod(f.path, 0)
+            #expect(throws: StateFile.Unusable.self) { try f.load() }
+            chmod(f.path, 0o600)
+            #expect(try FileManager.default.contentsOfDirectory(atPath: dir) == ["state.json"], "left as it was")
+        }
+        // Missing is a first start, corrupt is quarantined: neither is unusable.
+        let dir = try tempDir()
+        guard case .missing = try StateFile(path: dir + "/state.json").load() else { Issue.record("not missing"); return }
+    }
+
     @Test("an unwritable directory is an error, not a crash, and leaves the old file intact")
     func unwritable() throws {
         let dir = try tempDir()
