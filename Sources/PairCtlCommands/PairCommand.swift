@@ -167,9 +167,28 @@ struct Pair: ParsableCommand {
         var result: Result<[DBusValue], DBusError>?
         // Scan, pair, connect and resolve: generous, the daemon's own countdowns end it first.
         let budget = Duration.seconds(Int64(timeout ?? 60) + 180)
-        client.bus.call(destination: PairdAPI.busName, path: PairdAPI.objectPath, interface: PairdAPI.interface,
-                        method: "Pair", args: [.vardict(options)], timeout: budget) { result = $0 }
-        try client.runUntil { result != nil || prompt.closed }
+        // Bluetooth away when the command starts (bluetoothd restarting, or dead after a kernel
+        // crash and started again by D-Bus activation: issue 49): wait for it, within the pairing's
+        // own timeout, asking again each second, instead of exiting 9 at once. Only the "no
+        // adapter" answer that comes before any pairing began is waited out.
+        let waitUntil = ContinuousClock.now + .seconds(Int64(timeout ?? 10))
+        var waited = false
+        while true {
+            result = nil
+            client.bus.call(destination: PairdAPI.busName, path: PairdAPI.objectPath, interface: PairdAPI.interface,
+                            method: "Pair", args: [.vardict(options)], timeout: budget) { result = $0 }
+            try client.runUntil { result != nil || prompt.closed }
+            guard case .failure(let e)? = result, Self.bluetoothAway(e), ContinuousClock.now < waitUntil else { break }
+            if !waited {
+                waited = true
+                let line = "Bluetooth is not available now (bluetoothd away, or no adapter powered): waiting for it…"
+                if json { say(compactJSON(Event(event: "waiting-for-bluetooth", text: line))) } else { say(line) }
+            }
+            var tick = false
+            _ = client.loop.schedule(after: .seconds(1)) { tick = true }
+            try client.runUntil { tick || prompt.closed }
+            if prompt.closed { break }
+        }
         prompt.cancel()
         switch result {
         case .success(let values)?:
@@ -184,6 +203,12 @@ struct Pair: ParsableCommand {
             _ = try? client.call("CancelPairing")
             throw PairctlError(.failure, prompt.closed ? "no answer (end of input); pairing canceled" : "interrupted; pairing canceled")
         }
+    }
+
+    /// paird's answer when no adapter is usable as `Pair` arrives (nothing began): worth waiting
+    /// out. A pairing that lost its adapter half-way says more, and is not retried.
+    static func bluetoothAway(_ e: DBusError) -> Bool {
+        e.name == PairdAPI.Error.adapterUnavailable && e.message == PairdAPI.Error.noUsableAdapter
     }
 
     /// `text` of confirm-passkey / display-passkey: the six digits, a space, the wearable's name

@@ -294,7 +294,7 @@ final class ManagerAPI {
         case .authenticationFailed(let why): call.fail(DBusError(name: PairdAPI.Error.authenticationFailed, message: "authentication failed (\(why))"))
         case .timedOut(let phase): call.fail(DBusError(name: PairdAPI.Error.timeout, message: "timed out while \(phase)"))
         case .canceled: call.fail(DBusError(name: PairdAPI.Error.canceled, message: "pairing canceled"))
-        case .adapterUnavailable: call.fail(DBusError(name: PairdAPI.Error.adapterUnavailable, message: "no usable Bluetooth adapter"))
+        case .adapterUnavailable: call.fail(DBusError(name: PairdAPI.Error.adapterUnavailable, message: PairdAPI.Error.noUsableAdapter))
         case .adapterLost:
             call.fail(DBusError(name: PairdAPI.Error.adapterUnavailable,
                                 message: "Bluetooth went away during the pairing (bluetoothd stopped or crashed, or the adapter was removed): the wearable is not paired; pair again once `pairctl status` shows the adapter back"))

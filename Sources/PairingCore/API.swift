@@ -32,6 +32,9 @@ public enum PairdAPI {
         public static let authenticationFailed = "org.paird1.Error.AuthenticationFailed"
         public static let timeout = "org.paird1.Error.Timeout"
         public static let adapterUnavailable = "org.paird1.Error.AdapterUnavailable"
+        /// `AdapterUnavailable`'s message when no adapter is usable as `Pair` arrives (nothing began):
+        /// pairctl pair waits that one out (Bluetooth coming back), never a pairing that lost it.
+        public static let noUsableAdapter = "no usable Bluetooth adapter"
         public static let canceled = "org.paird1.Error.Canceled"
         public static let needsRepair = "org.paird1.Error.NeedsRepair"
         /// The wearable asked a question nobody can answer (no answer in advance, no terminal).

@@ -456,13 +456,36 @@ struct IntegrationTests {
         #expect(try host.status().daemon.running)
     }
 
-    @Test("a missing adapter: status says so, pairing exits 9")
+    @Test("a missing adapter: status says so; pairing waits for it within its timeout, says so, then exits 9")
     func missingAdapter() throws {
         let host = try MockedHost()
         try host.startPaird(["--adapter", "hci7"])
         let doc = try host.status()
         #expect(doc.adapter?.present == false)
-        #expect(host.pairctl("pair", "--any", "--timeout", "1").status == 9)
+        let r = host.pairctl("pair", "--any", "--timeout", "1")
+        #expect(r.status == 9, "\(r.out) \(r.err)")
+        #expect(r.out.contains("Bluetooth is not available now") && r.out.contains("waiting for it"), "\(r.out)")
+    }
+
+    @Test("Bluetooth back while pairctl pair waits for it (issue 49: bluetoothd away as the command starts): the pairing runs")
+    func adapterBackDuringPairWait() throws {
+        let host = try MockedHost()
+        try host.startPaird(["--adapter", "hci7"])
+        let out = host.dir.appendingPathComponent("pair.out").path
+        let pairing = host.start("/bin/sh", ["-c", "exec '\(MockedHost.pairctlBin)' pair --any --timeout 6 >'\(out)'"])
+        // paird refused the first Pair (no adapter) and pairctl said it waits (asking again each second)
+        try waitFor("pairctl waiting for Bluetooth", deadline: 10) {
+            ((try? String(contentsOfFile: out, encoding: .utf8)) ?? "").contains("waiting for it")
+        }
+        try host.must(host.python("b.get_object('org.bluez', '/').AddAdapter('hci7', 'host', dbus_interface='org.bluez.Mock')"), "plug in hci7")
+        try waitFor("paird scanning on hci7", deadline: 15) {
+            Int(host.python("print(len(b.get_object('org.bluez', '/org/bluez/hci7').GetMethodCalls('StartDiscovery', dbus_interface='org.freedesktop.DBus.Mock')))")
+                .out.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0 > 0
+        }
+        let r = pairing.finish()
+        // nothing advertises on the mock: the scan on the adapter that came back ends with exit 5
+        // (no wearable found), not 9 (no adapter): pairctl waited and paird ran the pairing
+        #expect(r.status == 5, "exit \(r.status): \(r.err) \((try? String(contentsOfFile: out, encoding: .utf8)) ?? "")")
     }
 
     @Test("a bad configuration stops paird with file, line and reason, exit 78")
