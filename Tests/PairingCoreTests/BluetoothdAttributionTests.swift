@@ -56,6 +56,16 @@ struct BluetoothdAttributionTests {
         return h.send(.adapterReady([watch: BlueZDeviceView(), ring: BlueZDeviceView()]))
     }
 
+    /// The countdown `a`'s state carries; a recorded issue (and a stand-in) when it carries none,
+    /// so a broken machine fails the test instead of crashing the run.
+    func countdown(_ h: Harness, _ a: DeviceAddress, sourceLocation: SourceLocation = #_sourceLocation) -> Countdown {
+        guard let c = h.state(a)?.countdown else {
+            Issue.record("\(a) carries no countdown in \(String(describing: h.state(a)))", sourceLocation: sourceLocation)
+            return Countdown(id: .init(owner: .device(a), purpose: .resolve, generation: 0), deadline: h.now)
+        }
+        return c
+    }
+
     func ringBackReport() -> Action {
         .report(Report(kind: .stateChanged, device: ring, name: "Ring", from: "adapterUnavailable", to: "waitingForDevice"))
     }
@@ -71,7 +81,7 @@ struct BluetoothdAttributionTests {
 
         h.advance(.seconds(6))
         h.send(.linkUp(watch))
-        let resolve = h.state(watch)!.countdown!
+        let resolve = countdown(h, watch)
         h.advance(.milliseconds(140))
         let left = h.send(.bluetoothdLeft)
         #expect(left == [
@@ -91,7 +101,7 @@ struct BluetoothdAttributionTests {
 
         // The next bluetoothd has it Trusted again: disarmed again; its services stay out of the profile.
         let ready = back(&h)
-        let ringHeadStart = h.state(ring)!.countdown!
+        let ringHeadStart = countdown(h, ring)
         #expect(ready == [
             .setTrusted(watch, false),
             .disconnect(watch),
@@ -126,7 +136,7 @@ struct BluetoothdAttributionTests {
 
         h.advance(.seconds(6))
         h.send(.linkUp(watch))
-        let resolve = h.state(watch)!.countdown!
+        let resolve = countdown(h, watch)
         h.advance(.milliseconds(140))
         let gone = h.now
         let left = h.send(.bluetoothdLeft)
@@ -153,7 +163,7 @@ struct BluetoothdAttributionTests {
         #expect(h.machine.persistedState().devices.allSatisfy { $0.bluetoothdCrashedOnLink == nil })
         #expect(h.machine.bluetoothd.probation.isEmpty && h.machine.bluetoothd.onTrial == nil)
         let ready = back(&h)
-        #expect(ready == [.setTrusted(watch, false), .disconnect(watch), .arm(h.state(ring)!.countdown!), ringBackReport(),
+        #expect(ready == [.setTrusted(watch, false), .disconnect(watch), .arm(countdown(h, ring)), ringBackReport(),
                           .updateAutoConnect([ServiceUUID.heartRate])])
     }
 
@@ -228,7 +238,7 @@ struct BluetoothdAttributionTests {
             _ = linkUpThenDeath(&h, watch)
             h.send(.bluetoothdUnit(nil))
             let ready = back(&h)
-            let ringHeadStart = h.state(ring)!.countdown!
+            let ringHeadStart = countdown(h, ring)
             if turn == 1 {
                 #expect(ready.contains(.updateAutoConnect([Self.watchService, ServiceUUID.heartRate].sorted())))
             } else {
@@ -271,14 +281,23 @@ struct BluetoothdAttributionTests {
         let stale = h.send(.candidateFound(Candidate(address: watch, name: "Watch", rssi: -60, serviceUUIDs: [Self.watchService], bonded: true)))
         #expect(stale == [.cancel(scanRestart), .stopDiscovery, .pairingProgress(.removingStaleBond(watch)), .removeDevice(watch)])
         h.send(.removeDeviceAnswered(watch, nil))
-        let pause = h.armed.keys.first { $0.purpose == .scanRestart }!
+        guard let pause = h.armed.keys.first(where: { $0.purpose == .scanRestart }) else {
+            Issue.record("no scan restart after the removal: \(String(describing: h.machine.pairing?.phase))")
+            return
+        }
         h.armed[pause] = nil
         h.send(.countdownFired(pause)) // the restart's pause: scanning again
         h.send(.candidateFound(Candidate(address: watch, name: "Watch", rssi: -60, serviceUUIDs: [Self.watchService], bonded: false)))
-        let pairCountdown = h.machine.pairing!.countdown
-        let paired = h.send(.pairSucceeded(watch, call: h.lastPairCall!))
-        let settle = h.machine.pairing!.countdown
-        let connectReply = h.state(watch)!.countdown!
+        guard let pairCountdown = h.machine.pairing?.countdown, let pairCall = h.lastPairCall else {
+            Issue.record("no Pair() of the fresh object: \(String(describing: h.machine.pairing?.phase))")
+            return
+        }
+        let paired = h.send(.pairSucceeded(watch, call: pairCall))
+        guard let settle = h.machine.pairing?.countdown, let call = h.lastConnectCall[watch] else {
+            Issue.record("not settling with a Connect(): \(paired)")
+            return
+        }
+        let connectReply = countdown(h, watch)
         #expect(paired == [
             .cancel(pairCountdown.id),
             .arm(settle),
@@ -288,12 +307,12 @@ struct BluetoothdAttributionTests {
             .setTrusted(watch, true),
             .arm(connectReply),
             .report(Report(kind: .stateChanged, device: watch, name: "Watch", from: "needsRepair", to: "connecting", attempt: 1)),
-            .connect(watch, call: h.lastConnectCall[watch]!, timeout: MachineConfig().connectTimeout),
+            .connect(watch, call: call, timeout: MachineConfig().connectTimeout),
             .updateAutoConnect([Self.watchService, ServiceUUID.heartRate].sorted()),
         ])
-        let removedAt = h.log.firstIndex(of: .removeDevice(watch))!
-        let firstConnect = h.log.firstIndex { if case .connect(watch, _, _) = $0 { true } else { false } }!
-        #expect(removedAt < firstConnect, "nothing tries the old key")
+        let removedAt = h.log.firstIndex(of: .removeDevice(watch)) ?? .max
+        let firstConnect = h.log.firstIndex { if case .connect(watch, _, _) = $0 { true } else { false } } ?? -1
+        #expect(removedAt < firstConnect, "the old bond removed before anything connects: nothing tries the old key")
         #expect(h.machine.device(watch)?.deathsOnLink == DeathsOnLink())
         // The new bond's first link: a death on it is a first one, not the second.
         h.send(.linkUp(watch))
