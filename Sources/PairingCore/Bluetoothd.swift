@@ -135,6 +135,9 @@ public struct BluetoothdWatch: Sendable, Hashable {
     public internal(set) var lastStartAt: Moment?
     /// Devices whose link was being set up when it left (their link may be what killed it).
     var settingUpAtLoss: [DeviceAddress] = []
+    /// Devices disarmed when it left because it keeps dying on their link-up
+    /// (`PairingMachine.attributeDeparture`): listed in the crash's `disarmed` if systemd reports one.
+    var attributedAtLoss: [DeviceAddress] = []
     /// Devices linked (set up or being set up) when it left: awaited back after a crash.
     var linkedAtLoss: [DeviceAddress] = []
     /// It crashed since the adapter was last ready (a bond missing at the next reconciliation is

@@ -172,6 +172,12 @@ public enum RepairReason: String, Sendable, Hashable, CaseIterable {
     /// bluetoothd came back from a crash without the device or its bond (one made just before
     /// the crash and not yet stored, or a store it could not read back).
     case bondLostInCrash = "bond-lost-in-crash"
+    /// bluetoothd left the bus within `PairingMachine.attributionWindow` of this wearable's link
+    /// coming up, twice in a row, whatever systemd said (or nobody said) why it died, and the
+    /// evidence points at its bond: both links died in their set-up, or its links ended in an
+    /// authentication failure. What a factory-reset wearable does to Debian 12's 6.1 kernel (the
+    /// host's old key fails, the kernel oopses, bluetoothd dies): `PairingMachine+Attribution`.
+    case bluetoothdDiedOnLink = "bluetoothd-died-on-link"
 
     public var token: String { rawValue }
 
@@ -185,6 +191,8 @@ public enum RepairReason: String, Sendable, Hashable, CaseIterable {
         case .suspectedBondLoss: "its links kept failing before it answered: it probably forgot the bond"
         case .bluetoothdCrashes: "bluetoothd crashed twice connecting to it"
         case .bondLostInCrash: "bluetoothd came back from a crash without its bond"
+        case .bluetoothdDiedOnLink: "bluetoothd died twice as its link came up: it was probably reset (it lost its bond, "
+            + "the host still has the old key) and this kernel crashes on the failed encryption"
         }
     }
 
@@ -256,6 +264,11 @@ public struct ManagedDevice: Sendable, Hashable {
     /// `connected` since. Persisted (the state file's `bluetoothdCrashedOnLink`), so a paird
     /// restart does not forget it: a second such crash disarms it (`RepairReason.bluetoothdCrashes`).
     public var bluetoothdCrashedOnLink: Bool = false
+    /// When its link last came up (`Event.linkUp`), and bluetoothd's departures in a row that
+    /// followed it within `PairingMachine.attributionWindow` (`PairingMachine+Attribution`). Not
+    /// persisted.
+    public var linkUpAt: Moment?
+    public var deathsOnLink = DeathsOnLink()
     /// Configured characteristics its last set-up link did not show (`Event.characteristicsMissing`):
     /// reported once, shown in the status, never a reason to drop the link (a new one would not
     /// bring them back: a firmware update dropped them, or BlueZ's cache lost them).

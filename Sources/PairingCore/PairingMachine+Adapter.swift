@@ -32,7 +32,7 @@ extension PairingMachine {
             switch d.state {
             case .restoring, .adapterUnavailable:
                 reconcile(i, view: views[a] ?? .absent, now, &actions)
-            case .needsRepair(.bluetoothdCrashes):
+            case .needsRepair(.bluetoothdCrashes), .needsRepair(.bluetoothdDiedOnLink):
                 // Disarmed while bluetoothd was gone: the new one has it Trusted again and would
                 // let the auto-connect bring up the link that kills it.
                 actions.append(.setTrusted(a, false))

@@ -13,6 +13,9 @@ extension PairingMachine {
 
     mutating func bluetoothdLeft(_ now: Moment, _ actions: inout [Action]) {
         if let c = bluetoothd.phase.countdown { actions.append(.cancel(c.id)) }
+        // First: a wearable whose link-ups it keeps dying on is disarmed whatever systemd says
+        // (`PairingMachine+Attribution`); it is then no longer being set up nor awaited.
+        attributeDeparture(now, &actions)
         bluetoothd.goneSince = now
         bluetoothd.leftSinceReady = true
         bluetoothd.settingUpAtLoss = sortedAddresses.filter { a in
@@ -134,6 +137,10 @@ extension PairingMachine {
                                     awaited: bluetoothd.linkedAtLoss)
         var remembered = false
         var blamed: [DeviceAddress] = []
+        // Disarmed at this departure by its timing (`attributeDeparture`): one outcome, said here too.
+        crash.disarmed += bluetoothd.attributedAtLoss
+        crash.awaited.removeAll { bluetoothd.attributedAtLoss.contains($0) }
+        bluetoothd.attributedAtLoss = []
         for a in bluetoothd.settingUpAtLoss {
             guard let i = slot[a], slots[i].state.isPursuing else { continue }
             if bluetoothd.onTrial == a || slots[i].bluetoothdCrashedOnLink {
@@ -170,6 +177,7 @@ extension PairingMachine {
             slots[i].bluetoothdCrashedOnLink = false
             actions.append(.persist)
         }
+        slots[i].deathsOnLink = DeathsOnLink() // its link-up did not kill bluetoothd
         if let c = bluetoothd.lastCrash, c.awaited.contains(a), c.backTimes[a] == nil {
             bluetoothd.lastCrash?.backTimes[a] = now
         }

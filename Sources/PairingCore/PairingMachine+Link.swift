@@ -15,6 +15,7 @@ extension PairingMachine {
             return
         }
         slots[i].ownDrop = nil // a new link: the old one went down unseen
+        slots[i].linkUpAt = now // for `attributeDeparture`
         let fresh = Link(upAt: now)
         // Every fresh link gets the resolve countdown (a link whose ATT answers stall, or the
         // first link after a bluetoothd crash, which may be the kernel's kept one that the new

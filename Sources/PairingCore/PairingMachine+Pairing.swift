@@ -170,6 +170,8 @@ extension PairingMachine {
             slots[i].updatedAt = now.unixTime
             slots[i].setupFailures = 0
             slots[i].missingCharacteristics = []
+            slots[i].deathsOnLink = DeathsOnLink() // a new bond: bluetoothd's deaths on the old one say nothing of it
+            slots[i].linkUpAt = nil
         } else {
             slot[a] = slots.count
             slots.append(ManagedDevice(identity: identity, wanted: .connected, state: .restoring, since: now,

@@ -197,6 +197,8 @@ public struct PairingMachine: Sendable {
             switch d.state {
             case .connecting(_, let attempt, _): parts.append("\(label) connecting, attempt \(attempt)")
             case .waitingForDevice: parts.append("\(label) out of range, waiting")
+            case .needsRepair(.bluetoothdDiedOnLink):
+                parts.append("\(label) needs re-pairing: probably reset, bluetoothd dies on its link; run pairctl pair \(d.address)")
             case .needsRepair: parts.append("\(label) needs re-pairing")
             case .restoring, .discovering, .connected, .disconnected, .adapterUnavailable:
                 parts.append("\(label) \(d.state.name)")

@@ -64,7 +64,8 @@ struct SmallTypesTests {
     @Test("repair reasons keep their words")
     func repairReasonTokens() {
         #expect(RepairReason.allCases.map(\.token) ==
-                ["device-removed", "bond-removed", "authentication", "device-gone", "suspected-bond-loss", "bluetoothd-crashed", "bond-lost-in-crash"])
+                ["device-removed", "bond-removed", "authentication", "device-gone", "suspected-bond-loss", "bluetoothd-crashed", "bond-lost-in-crash",
+                 "bluetoothd-died-on-link"])
         #expect(RepairReason(bondFailure: .authentication) == .authentication)
         #expect(RepairReason(bondFailure: .deviceGone) == .deviceGone)
     }

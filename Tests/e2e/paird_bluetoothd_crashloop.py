@@ -3,8 +3,9 @@
 """Issue 22, "never drive a crash loop": the bed stands in for a BlueZ bug that kills bluetoothd
 whenever one wearable's link comes up (kill -SEGV as soon as paird reports its link being set
 up). paird starts bluetoothd again after each crash, and after the second crash in a row on that
-wearable's set-up disarms it: needsRepair (bluetoothd-crashed), no further link, bluetoothd stays
-up. (One wearable: "another wearable stays connected" is shown by the unit tests only.)"""
+wearable's set-up disarms it: needsRepair (bluetoothd-died-on-link when both kills came within 1 s
+of the link-up, issue 49; bluetoothd-crashed otherwise), no further link, bluetoothd stays up.
+(One wearable: "another wearable stays connected" is shown by the unit tests only.)"""
 import os
 
 from bedlib import *

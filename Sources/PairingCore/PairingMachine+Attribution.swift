@@ -1,0 +1,105 @@
+/// Attribution without anyone's word (issue 49): bluetoothd leaving the bus within
+/// `attributionWindow` of one wearable's link coming up, twice in a row for that wearable, makes
+/// it the cause, whatever systemd, a supervisor or nobody said of the death (a clean exit, no
+/// unit, a unit that never settles). The crash-loop rule of `PairingMachine+Bluetoothd` acts only
+/// on a crash systemd reports; this one needs only the timing, which paird sees itself.
+///
+/// The case it is for: on Debian 12's kernel 6.1 a factory-reset wearable (it lost its bond, the
+/// host still has the old key) takes bluetoothd down in a loop: the kernel's LE auto-connect brings
+/// the link up, encryption with the old key fails, the kernel oopses (list_del corruption in
+/// `hci_chan_del`) and bluetoothd dies ~0.14 s after the link came up; it comes back (D-Bus
+/// activation, a supervisor, systemd), the auto-connect is armed again, every ~6 s.
+///
+/// The wearable found so is disarmed at the second death, before anything else of that departure
+/// is handled: `needsRepair` (untrusted and disconnected by `move`, which turns BlueZ's
+/// auto-connect off for it; its services leave the auto-connect profile; no Connect(), no
+/// fallback, no wedge probe; `adapterReady` disarms it again on the next bluetoothd). Its reason:
+/// `.bluetoothdDiedOnLink` when the evidence points at its bond (both links died in their set-up,
+/// before the wearable ever answered over them, or its last link ended in an authentication
+/// failure), else `.bluetoothdCrashes` (disarmed, as the crash-loop rule does). `pairctl pair`
+/// clears it (its stale object, with the old key, is removed before the new `Pair()`:
+/// `candidateFound`). At most two deaths of bluetoothd per reset.
+///
+/// A departure near several wearables' link-ups (they came back together after bluetoothd's
+/// return) counts for the one among them whose link was still being set up, if only one was;
+/// otherwise for none, and their counts stay as they were (neither counted nor cleared).
+extension PairingMachine {
+    /// How soon after a wearable's link came up a departure of bluetoothd counts against it
+    /// (seen: 0.14 s on kernel 6.1 with a reset wearable).
+    public static let attributionWindow: Duration = .seconds(1)
+    /// Departures in a row on one wearable's link-up that make it the cause.
+    public static let deathsBeforeAttribution = 2
+
+    /// bluetoothd left the bus: counts the departure against the wearable whose link just came up,
+    /// clears the counts of the others, and disarms one at its second departure in a row.
+    mutating func attributeDeparture(_ now: Moment, _ actions: inout [Action]) {
+        bluetoothd.attributedAtLoss = []
+        var suspects = sortedAddresses.filter { a in
+            let d = slots[slot[a]!]
+            guard d.wanted == .connected, d.state.isPursuing, let up = d.linkUpAt, up <= now else { return false }
+            return now.since(up) <= Self.attributionWindow
+        }
+        if suspects.count > 1 { suspects = suspects.filter { inSetUp(slot[$0]!) } }
+        let culprit = suspects.count == 1 ? suspects[0] : nil
+        for a in sortedAddresses {
+            guard let i = slot[a] else { continue }
+            if a == culprit {
+                slots[i].deathsOnLink.count += 1
+                if inSetUp(i) { slots[i].deathsOnLink.inSetUp += 1 }
+            } else if culprit != nil || !suspects.contains(a) {
+                slots[i].deathsOnLink = DeathsOnLink()
+            }
+        }
+        guard let a = culprit, let i = slot[a], slots[i].deathsOnLink.count >= Self.deathsBeforeAttribution else { return }
+        attribute(i, now, &actions)
+    }
+
+    /// Its link has not been set up (not `connected`) and the wearable never answered over it.
+    func inSetUp(_ i: Int) -> Bool {
+        if case .connected = slots[i].state { return false }
+        return slots[i].state.link?.proven != true
+    }
+
+    /// The wearable is the cause: disarmed, with the reason its evidence supports.
+    mutating func attribute(_ i: Int, _ now: Moment, _ actions: inout [Action]) {
+        let a = slots[i].address
+        let d = slots[i]
+        let bondEvidence = d.deathsOnLink.inSetUp >= Self.deathsBeforeAttribution
+            || d.lastDisconnect?.reason == RepairReason.authentication.token
+        let reason: RepairReason = bondEvidence ? .bluetoothdDiedOnLink : .bluetoothdCrashes
+        let after = d.linkUpAt.map { now.since($0) } ?? .zero
+        slots[i].deathsOnLink = DeathsOnLink()
+        if slots[i].bluetoothdCrashedOnLink {
+            slots[i].bluetoothdCrashedOnLink = false // decided: the crash-loop rule has nothing left to count
+            actions.append(.persist)
+        }
+        bluetoothd.probation.removeAll { $0 == a }
+        bluetoothd.attributedAtLoss.append(a)
+        move(i, to: .needsRepair(reason: reason), now, &actions, reason: Self.attributionText(reason, a, after: after))
+    }
+
+    /// The journal's words (the report's reason, after its token): the wearable's likely cause and the fix.
+    static func attributionText(_ reason: RepairReason, _ a: DeviceAddress, after: Duration) -> String {
+        let ms = Int((after.seconds * 1000).rounded())
+        let died = "bluetoothd left the bus \(ms) ms after its link came up, the second time in a row"
+        switch reason {
+        case .bluetoothdDiedOnLink:
+            return "\(reason.token): \(died): the wearable was probably reset (it lost its bond; this host still has the old key) "
+                + "and this kernel crashes when encryption with that key fails (kernel 6.1: list_del corruption in hci_chan_del); "
+                + "its auto-connect is off and paird does not connect it; pairctl pair \(a) removes the old bond and pairs it anew"
+        default:
+            return "\(reason.token): \(died): its link presumably triggers a BlueZ or kernel bug; its auto-connect is off and paird "
+                + "does not connect it; pairctl pair \(a) pairs it anew"
+        }
+    }
+}
+
+/// bluetoothd's departures in a row that came within `PairingMachine.attributionWindow` of one
+/// wearable's link coming up (`ManagedDevice.deathsOnLink`).
+public struct DeathsOnLink: Sendable, Hashable {
+    public var count = 0
+    /// Of those, the departures that came while that link was still being set up (not
+    /// `connected`, the wearable never answered over it).
+    public var inSetUp = 0
+    public init() {}
+}
