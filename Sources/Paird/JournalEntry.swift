@@ -42,7 +42,12 @@ struct JournalEntry {
                     + "power-cycling it (\(count)); its wearables wait for it"
             }
         case .linkLost: message = "\(who) link lost (\(r.reason ?? "unknown")), waiting for it to come back"
-        case .needsRepair: message = "\(who) needs re-pairing (\(r.reason ?? "bond lost")): run pairctl pair \(r.device.map { "\($0)" } ?? "")"
+        case .needsRepair:
+            // The token in brackets as always; where the reason has more to say (a reset wearable
+            // crashing this kernel: issue 49), its words too, and the one command that fixes it.
+            let why = r.reason.flatMap(RepairReason.init(rawValue:)).map { $0 == .bluetoothdDiedOnLink ? ": \($0.explanation)" : "" } ?? ""
+            message = "\(who) needs re-pairing (\(r.reason ?? "bond lost"))\(why): run pairctl pair \(r.device.map { "\($0)" } ?? "")"
+                + (why.isEmpty ? "" : " (it removes the old bond, then pairs)")
         case .unpaired: message = "\(who) unpaired"
         case .userDisconnected: message = "\(who) disconnected on request; it stays down until pairctl connect"
         case .adapterLost: message = "\(who) adapter unavailable"

@@ -67,7 +67,6 @@ extension PairingMachine {
         let bondEvidence = d.deathsOnLink.inSetUp >= Self.deathsBeforeAttribution
             || d.lastDisconnect?.reason == RepairReason.authentication.token
         let reason: RepairReason = bondEvidence ? .bluetoothdDiedOnLink : .bluetoothdCrashes
-        let after = d.linkUpAt.map { now.since($0) } ?? .zero
         slots[i].deathsOnLink = DeathsOnLink()
         if slots[i].bluetoothdCrashedOnLink {
             slots[i].bluetoothdCrashedOnLink = false // decided: the crash-loop rule has nothing left to count
@@ -75,22 +74,9 @@ extension PairingMachine {
         }
         bluetoothd.probation.removeAll { $0 == a }
         bluetoothd.attributedAtLoss.append(a)
-        move(i, to: .needsRepair(reason: reason), now, &actions, reason: Self.attributionText(reason, a, after: after))
-    }
-
-    /// The journal's words (the report's reason, after its token): the wearable's likely cause and the fix.
-    static func attributionText(_ reason: RepairReason, _ a: DeviceAddress, after: Duration) -> String {
-        let ms = Int((after.seconds * 1000).rounded())
-        let died = "bluetoothd left the bus \(ms) ms after its link came up, the second time in a row"
-        switch reason {
-        case .bluetoothdDiedOnLink:
-            return "\(reason.token): \(died): the wearable was probably reset (it lost its bond; this host still has the old key) "
-                + "and this kernel crashes when encryption with that key fails (kernel 6.1: list_del corruption in hci_chan_del); "
-                + "its auto-connect is off and paird does not connect it; pairctl pair \(a) removes the old bond and pairs it anew"
-        default:
-            return "\(reason.token): \(died): its link presumably triggers a BlueZ or kernel bug; its auto-connect is off and paird "
-                + "does not connect it; pairctl pair \(a) pairs it anew"
-        }
+        // The report's reason stays the bare token (journal PAIRD_REASON, the record, metrics and
+        // alerts key on it); the journal's words come from the reason's explanation (JournalEntry).
+        move(i, to: .needsRepair(reason: reason), now, &actions)
     }
 }
 

@@ -17,6 +17,17 @@ struct JournalEntryTests {
         #expect(e.fields.map(\.value) == ["00:AA:01:01:00:01", "needsRepair", "connected", "authentication", "", "needsRepair"])
     }
 
+    @Test("a wearable that takes bluetoothd down as its link comes up (issue 49): the token stays the field, the words name the likely reset, this kernel's crash and the fix")
+    func diedOnLinkSaysWhy() {
+        let e = JournalEntry(Report(kind: .needsRepair, device: watch, name: "Watch", from: "waitingForDevice", to: "needsRepair",
+                                    reason: "bluetoothd-died-on-link"))
+        #expect(e.message == "Watch (00:AA:01:01:00:01) needs re-pairing (bluetoothd-died-on-link): bluetoothd died twice as its link came up: "
+            + "it was probably reset (it lost its bond, the host still has the old key) and this kernel crashes on the failed encryption: "
+            + "run pairctl pair 00:AA:01:01:00:01 (it removes the old bond, then pairs)")
+        #expect(e.fields.first { $0.key == "PAIRD_REASON" }?.value == "bluetoothd-died-on-link")
+        #expect(e.priority == .warning)
+    }
+
     @Test("a reconnect says who made it: the kernel's auto-connect, or paird's Connect attempts")
     func reconnectSaysWho() {
         #expect(JournalEntry(Report(kind: .reconnected, device: watch, to: "connected", attempt: 0)).message

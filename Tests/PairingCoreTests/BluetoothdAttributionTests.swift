@@ -31,12 +31,8 @@ struct BluetoothdAttributionTests {
     }
 
     /// The journal's reason for the watch, disarmed `ms` after its link came up.
-    func diedOnLinkReason(ms: Int) -> String {
-        "bluetoothd-died-on-link: bluetoothd left the bus \(ms) ms after its link came up, the second time in a row: the wearable was "
-            + "probably reset (it lost its bond; this host still has the old key) and this kernel crashes when encryption with that "
-            + "key fails (kernel 6.1: list_del corruption in hci_chan_del); its auto-connect is off and paird does not connect it; "
-            + "pairctl pair \(watch) removes the old bond and pairs it anew"
-    }
+    /// The report's reason: the bare token (the journal's words come from `RepairReason.explanation`).
+    func diedOnLinkReason(ms: Int) -> String { RepairReason.bluetoothdDiedOnLink.token }
 
     /// One turn of the loop: the kernel's auto-connect brings `who`'s link up, bluetoothd leaves
     /// the bus `after` later (then the adapter goes). Returns the actions of `bluetoothdLeft`.
