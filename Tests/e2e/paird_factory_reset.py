@@ -65,12 +65,12 @@ class Supervisor(threading.Thread):
 
 @scenario
 def main():
+    w = Wearable.start(profile="strap")
     sup = None
     if MODE == "plain":
         sup = Supervisor()
         sup.start()
         at_exit(sup.stop)
-    w = Wearable.start(profile="strap")
     p = Paird()
     c = Central("hci0")
     with step("paird up, the strap paired (pairctl pair --service 180d), connected"):
