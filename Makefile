@@ -56,7 +56,7 @@ E2E_CI_CORE   ?= paird_pair paird_away paird_bluetoothd paird_restart paird_unpa
 ## own 6.1, the kernel most Debian 12 hosts run (Tests/testbed/fetch-kernel.sh fetches it into the bed
 ## cache once per machine; `newest`, unstable's, works the same way: E2E_KERNELS="6.1 newest").
 E2E_KERNELS     ?= 6.1
-E2E_KERNEL_CORE ?= paird_pair paird_away paird_restart paird_bluetoothd paird_bluetoothd_crash paird_sleep
+E2E_KERNEL_CORE ?= paird_pair paird_away paird_restart paird_bluetoothd paird_bluetoothd_crash
 E2E_KERNEL_RUNS  = $(foreach k,$(E2E_KERNELS),$(addprefix linux-$(k):,$(E2E_KERNEL_CORE)))
 e2e: release deb bluez-builds
 	@if [ -n "$${BLUEZ:-}" ]; then exec Tests/testbed/e2e.sh; fi; \
