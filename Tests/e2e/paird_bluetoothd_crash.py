@@ -20,7 +20,7 @@ from bedlib import *
 
 CRASHES = int(os.environ.get("BED_X_CRASHES", "6"))
 MOMENTS = ["connected", "discovering", "away"]
-SETUP = ("connecting", "discovering")   # paird's states while a link is being set up
+SETUP = LINK_SETUP_STATES
 SETUP_TRIES = 5   # kills per "discovering" crash until one lands in the set-up (the kill races the link)
 
 
@@ -29,18 +29,7 @@ def landed(watch, n_state):
     reaction to the crash (its first state that is neither set-up nor connected), a `connected`
     means the link had been set up before bluetoothd died ("connected"); none means it died
     during the set-up ("set-up"). Waits for that reaction."""
-    live = SETUP + ("connected",)
-
-    def link_then_reaction():
-        # from the link's first state on (a late line of the wait before it is no reaction)
-        seen = watch.states(n_state)
-        i0 = next((i for i, s in enumerate(seen) if s in live), None)
-        if i0 is None:
-            return None
-        upto = next((i for i in range(i0, len(seen)) if seen[i] not in live), None)
-        return seen[i0:upto] if upto is not None else None
-    link = wait_for(link_then_reaction, 30, "paird's reaction to the crash in pairctl watch")
-    return "connected" if "connected" in link else "set-up"
+    return crash_landing(lambda: watch.states(n_state))
 
 
 def wait_back(pid, t):

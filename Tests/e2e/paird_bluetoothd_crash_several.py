@@ -24,7 +24,7 @@ def states_of(watch, address, since=0):
     return [l.split()[3] for l in watch.lines()[since:] if len(l.split()) > 3 and l.split()[1] == address and l.split()[2] == "state"]
 
 
-SETUP = ("connecting", "discovering")   # paird's states while a link is being set up
+SETUP = LINK_SETUP_STATES
 SETUP_TRIES = 5   # kills per set-up crash until one lands in the set-up (the kill races the link)
 
 
@@ -33,18 +33,7 @@ def landed(watch, address, n):
     up to paird's reaction to the crash (its first state that is neither set-up nor connected), a
     `connected` means the link had been set up before bluetoothd died ("connected"); none means
     it died during the set-up ("set-up"). Waits for that reaction."""
-    live = SETUP + ("connected",)
-
-    def link_then_reaction():
-        # from the link's first state on (a late line of the wait before it is no reaction)
-        seen = states_of(watch, address, n)
-        i0 = next((i for i, s in enumerate(seen) if s in live), None)
-        if i0 is None:
-            return None
-        upto = next((i for i in range(i0, len(seen)) if seen[i] not in live), None)
-        return seen[i0:upto] if upto is not None else None
-    link = wait_for(link_then_reaction, 30, "paird's reaction to the crash in pairctl watch")
-    return "connected" if "connected" in link else "set-up"
+    return crash_landing(lambda: states_of(watch, address, n))
 
 
 def notifies(watch, address, since=0):

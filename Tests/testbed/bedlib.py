@@ -722,6 +722,28 @@ def prove_connect_counter(p, w):
     p.wait_state("connected", 60)
 
 
+LINK_SETUP_STATES = ("connecting", "discovering")   # paird's states while a link is being set up
+
+
+def crash_landing(states, deadline=30):
+    """Where a kill of bluetoothd landed, from paird's own states (`states()`: its `pairctl watch`
+    states since the kill's run began): from the link's first set-up or connected state (a late line
+    of the wait before it is no reaction) up to paird's reaction to the crash (its first state that
+    is neither), a `connected` means the link had been set up before bluetoothd died ("connected");
+    none means it died during the set-up ("set-up"). Waits for that reaction."""
+    live = LINK_SETUP_STATES + ("connected",)
+
+    def link_then_reaction():
+        seen = states()
+        i0 = next((i for i, s in enumerate(seen) if s in live), None)
+        if i0 is None:
+            return None
+        upto = next((i for i in range(i0, len(seen)) if seen[i] not in live), None)
+        return seen[i0:upto] if upto is not None else None
+    link = wait_for(link_then_reaction, deadline, "paird's reaction to the crash in pairctl watch")
+    return "connected" if "connected" in link else "set-up"
+
+
 def bluez_double_connections():
     """Times bluetoothd saw a second link to a device it had one with: a Connect() that raced the
     kernel's auto-connect (BENCHMARKS.md findings 14, 16), 'device_add_connection() … is already
