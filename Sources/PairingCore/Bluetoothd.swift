@@ -133,6 +133,9 @@ public struct BluetoothdWatch: Sendable, Hashable {
     /// Starts paird made since the adapter was last ready (a bluetoothd dying at each start).
     public internal(set) var starts = 0
     public internal(set) var lastStartAt: Moment?
+    /// When it last came onto the bus (`bluetoothdBack`): a departure soon after it may be one on a
+    /// link it never got to signal (`PairingMachine.attributeDeparture`).
+    public internal(set) var backAt: Moment?
     /// Devices whose link was being set up when it left (their link may be what killed it).
     var settingUpAtLoss: [DeviceAddress] = []
     /// Devices disarmed when it left because it keeps dying on their link-up

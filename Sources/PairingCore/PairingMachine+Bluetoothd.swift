@@ -107,6 +107,7 @@ extension PairingMachine {
     mutating func bluetoothdBack(_ now: Moment, _ actions: inout [Action]) {
         if let c = bluetoothd.phase.countdown { actions.append(.cancel(c.id)) }
         bluetoothd.phase = .present
+        bluetoothd.backAt = now
         if bluetoothd.lastCrash?.backAt == nil, bluetoothd.goneSince != nil { bluetoothd.lastCrash?.backAt = now }
         bluetoothd.goneSince = nil
     }

@@ -255,6 +255,79 @@ struct BluetoothdAttributionTests {
         #expect(h.machine.device(watch)?.deathsOnLink == DeathsOnLink())
     }
 
+    @Test("(h) the second death comes before bluetoothd signalled the link (seen on 6.1): counted for the one wearable counted once, still not linked; attributed")
+    func unseenSecondDeath() {
+        var h = setUp()
+        _ = linkUpThenDeath(&h, watch)
+        h.send(.bluetoothdUnit(nil))
+        _ = back(&h)
+        guard case .waitingForDevice(.fallbackDue(let headStart)) = h.state(watch) else {
+            Issue.record("expected the watch waiting on its head start, got \(String(describing: h.state(watch)))")
+            return
+        }
+        // bluetoothd dies 2 s after its return, before it signalled any link.
+        h.advance(.seconds(2))
+        #expect(h.send(.bluetoothdLeft) == [
+            .cancel(headStart.id),
+            .setTrusted(watch, false),
+            .disconnect(watch),
+            .report(Report(kind: .needsRepair, device: watch, name: "Watch", from: "waitingForDevice", to: "needsRepair",
+                           reason: RepairReason.bluetoothdDiedOnLink.token)),
+            .queryBluetoothdUnit,
+            .updateAutoConnect([ServiceUUID.heartRate]),
+        ])
+        #expect(h.state(watch) == .needsRepair(reason: .bluetoothdDiedOnLink))
+        #expect(h.stateName(ring) == "adapterUnavailable" || h.stateName(ring) == "waitingForDevice", "the ring only waits for bluetoothd")
+    }
+
+    @Test("(i) a death that points at no one (long after the return, no link-up near it) neither counts nor clears: the next one on the watch's link-up is the second")
+    func unrelatedDeathKeepsTheCount() {
+        var h = setUp()
+        _ = linkUpThenDeath(&h, watch)
+        h.send(.bluetoothdUnit(nil))
+        _ = back(&h)
+        h.advance(PairingMachine.unseenLinkWindow + .seconds(5))
+        #expect(h.send(.bluetoothdLeft) == [.queryBluetoothdUnit])
+        #expect(h.machine.device(watch)?.deathsOnLink.count == 1)
+        h.send(.adapterLost)
+        h.send(.bluetoothdUnit(nil))
+        _ = back(&h)
+        _ = linkUpThenDeath(&h, watch)
+        #expect(h.state(watch) == .needsRepair(reason: .bluetoothdDiedOnLink))
+    }
+
+    @Test("(j) an unseen death soon after the return, but the watch was never counted, or linked since the return, or its count is too old: not counted")
+    func unseenDeathNotCounted() {
+        // never counted
+        var h = setUp()
+        h.send(.bluetoothdLeft); h.send(.adapterLost); h.send(.bluetoothdUnit(nil))
+        _ = back(&h)
+        h.advance(.seconds(2))
+        #expect(h.send(.bluetoothdLeft) == [.queryBluetoothdUnit])
+        #expect(h.machine.device(watch)?.deathsOnLink.count == 0 && h.machine.device(ring)?.deathsOnLink.count == 0)
+
+        // linked since the return: its link-up was 3 s before the death, outside the window
+        h = setUp()
+        _ = linkUpThenDeath(&h, watch)
+        h.send(.bluetoothdUnit(nil))
+        _ = back(&h)
+        h.advance(.seconds(1))
+        h.send(.linkUp(watch))
+        h.advance(.seconds(3))
+        #expect(!h.send(.bluetoothdLeft).contains(.setTrusted(watch, false)))
+        #expect(h.stateName(watch) != "needsRepair")
+
+        // its count forgotten after attributionMemory: the next death on its link-up is a first one
+        h = setUp()
+        _ = linkUpThenDeath(&h, watch)
+        h.send(.bluetoothdUnit(nil))
+        _ = back(&h)
+        h.advance(PairingMachine.attributionMemory)
+        _ = linkUpThenDeath(&h, watch)
+        #expect(h.stateName(watch) != "needsRepair")
+        #expect(h.machine.device(watch)?.deathsOnLink.count == 1)
+    }
+
     @Test("(g) pairctl pair of the attributed address: the old bond removed first, then paired and connected; the attribution cleared")
     func pairClears() {
         var h = setUp()
