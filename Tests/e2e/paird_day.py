@@ -29,11 +29,16 @@ next link works), a paird restart (SIGTERM; the new paird adopts the link). Then
   "… connected" (another channel than the record). For the two walks also: the record's link-up
   instant (`up` less its `latency`) within 1 s of the strap's own `connected` event.
 - the battery: each level sent recorded once, in order; history's first, last and count.
-- availability recomputed by the scenario from its own instants: wanted = the window less the
-  user's time (pairctl disconnect → pairctl connect) and paird's restart (SIGTERM → READY); not
-  connected: each outage, and READY → paird's STATUS connected after the restart. Tolerance: each
-  of those N intervals may be off by the same 1 s, so the reported availability must lie between
-  the script's with every interval 1 s longer and 1 s shorter; the not-wanted time within 1 s.
+- availability, with no tolerance that grows with the number of intervals: the reported seconds
+  equal the record's own instants (to the ms): away + down = the record's outages (each drop → its
+  next `up`, the user's return → its `up`, the strap's first line after the restart → its `up`),
+  not wanted = the user's drop → the user's return, unknown (left out) = the restart's `stop` →
+  the strap's first line after the `start` (paird knows nothing of it before); wanted =
+  connected + away + down, the window = wanted + left out, availability = connected / wanted.
+  Those instants against the script's, each bracketed by two instants the script took itself
+  (load cannot widen them): the user's drop within `pairctl disconnect`, its return within
+  `pairctl connect`, the `stop` line between SIGTERM and paird's exit, the `start` line between the
+  new paird's launch and its READY, and its link by paird's STATUS connected.
 
 kill -9 in the middle of a record write (BED_X_KILLS times: 5 by default, within the 120 s budget,
 about 2.5-4 s a kill; BED_X_KILLS=10 passed too): a thread sends the strap `battery` levels as fast
@@ -193,6 +198,7 @@ def main():
         bed_sleep(USER_OFF, "disconnected by the user")
         tc = now()
         rc, _, err = p.pairctl("connect")
+        connect_call = (wall(tc), wall(now()))   # paird records the user's return within the call
         check(rc == 0, f"pairctl connect exit 0 ({err.strip()})")
         back = wall(paird_connected(p, w, tc))
         link = clock.wall(last_event(w, seq, "connected"))
@@ -232,11 +238,13 @@ def main():
         seq = w.last_seq()
         tt = now()
         check(p.stop() == 0, "paird exit 0")
+        t_gone = wall(now())   # paird gone (its stop line written); the new one launched next
         t_ready = p.start()
         t_conn, _ = connected_note(p, w, t_ready - 1)
         log(f"paird: SIGTERM → READY {t_ready - tt:.2f} s, READY → connected {t_conn - t_ready:.2f} s")
         check(last_event(w, seq, "disconnected") is None, "the strap saw no disconnect")
         intervals.append(("unknown", wall(tt), wall(t_ready)))
+        restart = (wall(tt), wall(t_ready), wall(t_conn))
         intervals.append(("down", wall(t_ready), wall(t_conn)))
 
     with step("pairctl history --json: the drops, their reasons and instants, the outages, battery, availability"):
@@ -291,26 +299,54 @@ def main():
         check(levels == list(LEVELS), f"each level sent recorded once, in order: {levels}")
         check((b.get("first"), b.get("last"), b.get("readings")) == (LEVELS[0], LEVELS[-1], len(LEVELS)),
               f"history battery first {LEVELS[0]}, last {LEVELS[-1]}, {len(LEVELS)} readings")
-        # availability from the script's own instants
-        total = until - since
-        not_conn = [(k, a, b_) for k, a, b_ in intervals if k != "unwanted" and k != "unknown"]
-        left_out = sum(b_ - a for k, a, b_ in intervals if k in ("unwanted", "unknown"))
-        out_s = sum(b_ - a for _, a, b_ in not_conn)
-
-        def avail(delta):
-            o = max(0.0, out_s + delta * len(not_conn))
-            wanted = total - left_out - out_s + o
-            return (wanted - o) / wanted * 100
-        mine, lo, hi = avail(0), avail(+TOL), avail(-TOL)
-        rep = h["availabilityPercent"]
-        log(f"availability: reported {rep} % (wanted {h['wantedSeconds']} s, connected {h['connectedSeconds']} s, "
-            f"away {h['awaySeconds']} s, down {h['downSeconds']} s, left out {h['leftOut']}); script's {mine:.3f} % "
-            f"(window {total:.2f} s, not connected {out_s:.2f} s in {len(not_conn)} intervals, left out {left_out:.2f} s); "
-            f"allowed {lo:.3f} … {hi:.3f} %")
-        check(lo <= rep <= hi, f"availability {rep} % within the script's {lo:.3f} … {hi:.3f} %")
-        user = sum(b_ - a for k, a, b_ in intervals if k == "unwanted")
-        check(abs(h["leftOut"]["notWantedSeconds"] - user) <= TOL,
-              f"not wanted {h['leftOut']['notWantedSeconds']} s within {TOL:g} s of the script's {user:.2f} s")
+        # Availability, with no band that widens per interval (issue 48): the record's own figures
+        # are checked against the record's own instants (ms apart at most), and those instants
+        # against the script's, each once: the drops and outages above; the user's time and the
+        # restart here, each between two instants the script took itself (load cannot move them).
+        mine = [r for r in recs if r.get("device") == w.address or r["type"] in ("start", "stop")]
+        after = lambda t, kinds: min((parse_iso(r["at"]) for r in mine if r["type"] in kinds and parse_iso(r["at"]) > t), default=None)
+        u_drop = parse_iso(h["drops"][[r for r, *_ in drops].index("user")]["at"])
+        u_wanted = after(u_drop, ("change", "up"))      # pairctl connect: wanted again
+        u_up = after(u_drop, ("up",))
+        r_stop = max((parse_iso(r["at"]) for r in mine if r["type"] == "stop" and parse_iso(r["at"]) <= restart[1]), default=None)
+        r_start = after(r_stop or 0, ("start",))
+        # after a start paird knows nothing of the strap until its first line for it (reconciliation)
+        r_known = after(r_start or 0, ("up", "down", "change"))
+        r_start_up = after(r_start or 0, ("up",))
+        check(None not in (u_wanted, u_up, r_stop, r_start, r_known, r_start_up),
+              f"the record has the user's return, the restart's stop and start, the strap's first line and link after it "
+              f"({u_wanted}, {u_up}, {r_stop}, {r_start}, {r_known}, {r_start_up})")
+        log(f"record: user off {u_wanted - u_drop:.3f} s, then {u_up - u_wanted:.3f} s to the link; paird away "
+            f"{r_start - r_stop:.3f} s (stop → start), start → the strap's first line {r_known - r_start:.3f} s → link "
+            f"{r_start_up - r_known:.3f} s")
+        outages = [min(u[0] for u in ups if u[0] > parse_iso(d["at"])) - parse_iso(d["at"])
+                   for d in h["drops"] if d["reason"] != "user"]
+        rec_not_conn = sum(outages) + (u_up - u_wanted) + (r_start_up - r_known)
+        lf = h["leftOut"]
+        EPS = 0.01 * (len(outages) + 2)   # the record's instants are whole ms
+        log(f"availability: reported {h['availabilityPercent']} % (wanted {h['wantedSeconds']} s, connected "
+            f"{h['connectedSeconds']} s, away {h['awaySeconds']} s, down {h['downSeconds']} s, left out {lf}); "
+            f"the record's own outages {rec_not_conn:.3f} s in {len(outages) + 2} intervals")
+        check(abs(h["awaySeconds"] + h["downSeconds"] - rec_not_conn) <= EPS,
+              f"away + down {h['awaySeconds'] + h['downSeconds']:.3f} s = the record's outages {rec_not_conn:.3f} s")
+        check(abs(lf["notWantedSeconds"] - (u_wanted - u_drop)) <= EPS,
+              f"not wanted {lf['notWantedSeconds']} s = the record's user time {u_wanted - u_drop:.3f} s")
+        check(abs(lf["unknownSeconds"] - (r_known - r_stop)) <= EPS,
+              f"unknown {lf['unknownSeconds']} s = the record's stop → the strap's first line after the start {r_known - r_stop:.3f} s")
+        wanted = h["connectedSeconds"] + h["awaySeconds"] + h["downSeconds"]
+        check(abs(h["wantedSeconds"] - wanted) <= EPS and abs(wanted + lf["notWantedSeconds"] + lf["unknownSeconds"] - (until - since)) <= EPS,
+              f"wanted = connected + away + down, and with the left-out time the whole window ({until - since:.3f} s)")
+        check(abs(h["availabilityPercent"] - h["connectedSeconds"] / h["wantedSeconds"] * 100) <= 0.01,
+              f"availability {h['availabilityPercent']} % = connected / wanted")
+        # ... and those instants against the script's
+        check(user_call[0] - SLOP <= u_drop <= user_call[1] + SLOP and connect_call[0] - SLOP <= u_wanted <= connect_call[1] + SLOP,
+              f"the user's time: the record's {u_wanted - u_drop:.3f} s, its end within the pairctl connect call "
+              f"({u_wanted - connect_call[0]:+.3f} s after its start, {u_wanted - connect_call[1]:+.3f} s after its return)")
+        check(restart[0] - SLOP <= r_stop <= t_gone + SLOP and t_gone - SLOP <= r_start <= restart[1] + SLOP,
+              f"the restart: stop line between SIGTERM and paird's exit ({r_stop - restart[0]:+.3f} s after SIGTERM), start "
+              f"line between the new paird's launch and its READY ({r_start - t_gone:+.3f} s after the launch)")
+        check(r_known <= r_start_up <= restart[2] + SLOP,
+              f"the link after the restart recorded by paird's STATUS connected ({r_start_up - restart[2]:+.3f} s)")
 
     kill_nine(p, w)
 
