@@ -389,11 +389,17 @@ public enum Doctor {
             return (Check("wearable", true, detail, address: a), nil)
         }
         if d.state == "needsRepair" {
+            // the reason in words (RepairReason.explanation), as status says it; an unknown token as it came
+            let why = d.repairReason.map { RepairReason(rawValue: $0)?.explanation ?? $0.terminalSafe }
+            if d.repairReason == RepairReason.bluetoothdDiedOnLink.rawValue {
+                // it takes bluetoothd down when it links: heard or not, the fix is the one command
+                return bad(Verdict(.bondLost, "\(who) needs pairing again: \(why!)", fix: pair, address: a))
+            }
             if let rssi = w.heardRSSI {
-                return bad(Verdict(.bondLost, "\(who) is advertising (\(rssiWords(rssi))) but refusing: it forgot the bond (\(d.repairReason ?? "needs pairing again"))",
+                return bad(Verdict(.bondLost, "\(who) is advertising (\(rssiWords(rssi))) but refusing: it forgot the bond (\(why ?? "needs pairing again"))",
                                    fix: pair, address: a))
             }
-            return bad(Verdict(.needsRepair, "\(who) needs pairing again (\(d.repairReason ?? "bond lost"))\(w.listened ? "; it is not advertising now" : "")",
+            return bad(Verdict(.needsRepair, "\(who) needs pairing again (\(why ?? "bond lost"))\(w.listened ? "; it is not advertising now" : "")",
                                fix: "put it in pairing mode, then \(pair)", address: a))
         }
         if let b = w.bluez, !(b.bonded || b.paired) {

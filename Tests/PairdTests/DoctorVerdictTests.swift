@@ -167,6 +167,19 @@ struct DoctorVerdictTests {
                 "\(String(describing: noRSSI.verdict?.text))")
     }
 
+    @Test("needsRepair because bluetoothd died on its link (issue 49): names the likely cause (a reset wearable, this kernel's crash) and the one command, heard or not")
+    func diedOnLink() throws {
+        for heard in [nil, -60] as [Int?] {
+            let r = Doctor.evaluate(facts([.init(device: device("needsRepair", repair: "bluetoothd-died-on-link"), bluez: Self.bonded,
+                                                 heardRSSI: heard, listened: true)]), now: now)
+            let v = try #require(r.verdict)
+            #expect(v.exit == .needsRepair)
+            #expect(v.fix == "pairctl pair \(Self.strap)")
+            #expect(v.text.contains("probably reset") && v.text.contains("kernel crashes"), "\(v.text)")
+            #expect(!v.text.contains("bluetoothd-died-on-link"), "words, not the token: \(v.text)")
+        }
+    }
+
     @Test("BlueZ has no bond (or no object) for a wearable paird keeps: exit 10")
     func bondMissing() {
         let unpaired = Doctor.WearableFacts.BlueZDevice(paired: false, bonded: false, trusted: false, connected: false)
