@@ -28,9 +28,11 @@
 /// return) counts for the one among them whose link was still being set up, if only one was;
 /// otherwise for none, and their counts stay as they were (neither counted nor cleared).
 extension PairingMachine {
-    /// How soon after a wearable's link came up a departure of bluetoothd counts against it
-    /// (seen: 0.14 s on kernel 6.1 with a reset wearable).
-    public static let attributionWindow: Duration = .seconds(1)
+    /// How soon after a wearable's link came up a departure of bluetoothd counts against it. The
+    /// kernel takes 0.14 s (6.1, a reset wearable), but both instants are when paird *handled* the
+    /// signals, and on a loaded host the link-up and the departure reached paird 1.4–1.7 s apart
+    /// (the bed in systemd mode, 2026-11-28): 3 s.
+    public static let attributionWindow: Duration = .seconds(3)
     /// Departures in a row on one wearable's link-up that make it the cause.
     public static let deathsBeforeAttribution = 2
 
@@ -39,7 +41,9 @@ extension PairingMachine {
     public static let attributionMemory: Duration = .seconds(120)
     /// A departure this soon after bluetoothd came back, with no link-up paird saw, may be one on a
     /// link bluetoothd died on before it signalled it (on the bed's 6.1, 2026-11-28: 3 of 6 deaths).
-    public static let unseenLinkWindow: Duration = .seconds(10)
+    /// (20 s: bluetoothd loads its adapters and arms the auto-connect after it owns the bus name,
+    /// which took 10 s and more on a loaded host.)
+    public static let unseenLinkWindow: Duration = .seconds(20)
 
     /// bluetoothd left the bus: counts the departure against the wearable whose link just came up
     /// (or, with no link-up seen, against the one wearable already counted once that bluetoothd

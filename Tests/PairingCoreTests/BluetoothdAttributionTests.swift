@@ -191,11 +191,11 @@ struct BluetoothdAttributionTests {
         #expect(h.stateName(watch) == "adapterUnavailable")
     }
 
-    @Test("(d) deaths 3 s after its link came up (twice, no systemd; and a clean exit): no attribution", arguments: [false, true])
+    @Test("(d) deaths past the window after its link came up (twice, no systemd; and a clean exit): no attribution", arguments: [false, true])
     func deathLongAfterLinkUp(cleanExit: Bool) {
         var h = setUp()
         for _ in 0..<2 {
-            #expect(linkUpThenDeath(&h, watch, after: .seconds(3)) == [.queryBluetoothdUnit])
+            #expect(linkUpThenDeath(&h, watch, after: PairingMachine.attributionWindow + .seconds(1)) == [.queryBluetoothdUnit])
             h.send(.bluetoothdUnit(cleanExit ? Self.cleanExit : nil))
             _ = back(&h)
         }
@@ -313,7 +313,7 @@ struct BluetoothdAttributionTests {
         _ = back(&h)
         h.advance(.seconds(1))
         h.send(.linkUp(watch))
-        h.advance(.seconds(3))
+        h.advance(PairingMachine.attributionWindow + .seconds(1))
         #expect(!h.send(.bluetoothdLeft).contains(.setTrusted(watch, false)))
         #expect(h.stateName(watch) != "needsRepair")
 

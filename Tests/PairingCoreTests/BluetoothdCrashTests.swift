@@ -288,10 +288,11 @@ struct BluetoothdCrashTests {
     @Test("bluetoothd dies twice on the watch's link set-up: remembered (persisted), then disarmed; the ring keeps its link")
     func crashLoopDisarmed() {
         var h = twoWearables()
-        // Each death 2 s into the set-up: systemd's word decides, not the timing (deaths within
-        // 1 s of the link-up: BluetoothdAttributionTests).
+        // Each death past the attribution window into the set-up: systemd's word decides, not the
+        // timing (deaths within it of the link-up: BluetoothdAttributionTests).
+        let intoSetUp = PairingMachine.attributionWindow + .seconds(1)
         h.send(.linkUp(watch))
-        h.advance(.seconds(2))
+        h.advance(intoSetUp)
         #expect(h.stateName(watch) == "discovering")
         _ = bluetoothdDies(&h)
         var out = h.send(.bluetoothdUnit(Self.segv))
@@ -304,7 +305,7 @@ struct BluetoothdCrashTests {
         h.send(.adapterReady([watch: BlueZDeviceView(), ring: BlueZDeviceView(connected: true, servicesResolved: true)]))
         h.send(.setUpLinkFinished(ring, failure: nil))
         h.send(.linkUp(watch)) // the kernel's auto-connect: the link that kills bluetoothd
-        h.advance(.seconds(2))
+        h.advance(intoSetUp)
         _ = bluetoothdDies(&h)
         out = h.send(.bluetoothdUnit(Self.segv))
         #expect(h.state(watch) == .needsRepair(reason: .bluetoothdCrashes))
