@@ -17,9 +17,18 @@ import PackageDescription
 // package's version (0.1.0+git263.48e976b). Only the one C file of CBuildInfo sees it, so a new
 // commit recompiles that file and relinks. Unset (plain `swift build`) or malformed: the code's
 // version, PairdAPI.version.
-let buildVersion = Context.environment["PAIRD_VERSION"].flatMap { v in
-    !v.isEmpty && v.utf8.count <= 100 && v.unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || ".+~-".unicodeScalars.contains($0)) } ? v : nil
+// Without it (plain `swift build`), the checkout's commit from SwiftPM's own git information, so
+// every build names its commit: PairdAPI.version + "+g<commit>[.dirty]" (BuildInfo).
+func versionSafe(_ v: String) -> Bool {
+    !v.isEmpty && v.utf8.count <= 100 && v.unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || ".+~-".unicodeScalars.contains($0)) }
 }
+let buildVersion = Context.environment["PAIRD_VERSION"].flatMap { versionSafe($0) ? $0 : nil }
+let buildCommit = buildVersion == nil ? Context.gitInformation.flatMap { g -> String? in
+    let c = "g" + g.currentCommit.prefix(7) + (g.hasUncommittedChanges ? ".dirty" : "")
+    return versionSafe(c) ? c : nil
+} : nil
+let buildInfoDefines: [CSetting] = buildVersion.map { [.define("PAIRD_VERSION", to: "\"\($0)\"")] }
+    ?? buildCommit.map { [.define("PAIRD_COMMIT", to: "\"\($0)\"")] } ?? []
 
 let package = Package(
     name: "paird",
@@ -38,7 +47,7 @@ let package = Package(
         .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
 
         .target(name: "PairingCore"),
-        .target(name: "CBuildInfo", cSettings: buildVersion.map { [.define("PAIRD_VERSION", to: "\"\($0)\"")] } ?? []),
+        .target(name: "CBuildInfo", cSettings: buildInfoDefines),
         .target(name: "BuildInfo", dependencies: ["CBuildInfo", "PairingCore"]),
         .target(name: "EventLoop"),
         .target(name: "DBus", dependencies: ["CDBus", "EventLoop"]),

@@ -17,8 +17,13 @@ struct PairctlTruthsTests {
         #expect(daemon.hasPrefix("paird "), "\(daemon)")
         let build = String(ctl.dropFirst("pairctl ".count))
         #expect(daemon == "paird \(build)")
-        // The code's version, or the package's (`make`: 0.1.0+git263.48e976b, .dirty when the tree was).
-        #expect(build == PairdAPI.version || build.wholeMatch(of: /\d+\.\d+\.\d+\+git\d+\.[0-9A-Za-z]+(\.dirty)?/) != nil, "\(build)")
+        // The package's (`make`: 0.1.0+git263.48e976b, .dirty when the tree was), or plain `swift
+        // build`'s, from SwiftPM's git information (0.1.0+g48e976b); the bare code version only
+        // outside a git checkout (issue 47: the version names the build however it is built).
+        let named = build.wholeMatch(of: /\d+\.\d+\.\d+\+(git\d+\.|g)[0-9a-f]{7,}(\.dirty)?/) != nil
+        let inGit = FileManager.default.fileExists(atPath: URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent(".git").path)
+        #expect(named || (!inGit && build == PairdAPI.version), "\(build) (in a git checkout: \(inGit))")
         #expect(build.hasPrefix(PairdAPI.version))
         try host.startPaird()
         let prop = host.python("print(b.get_object('org.paird1', '/org/paird1').Get('org.paird1.Manager1', 'Version', dbus_interface='org.freedesktop.DBus.Properties'))")
