@@ -44,12 +44,16 @@ extension PairingMachine {
     /// (20 s: bluetoothd loads its adapters and arms the auto-connect after it owns the bus name,
     /// which took 10 s and more on a loaded host.)
     public static let unseenLinkWindow: Duration = .seconds(20)
+    /// A wearable whose link ended less than this before a departure with no link-up seen, the
+    /// only one waiting while the others are connected, is that departure's likely culprit (a
+    /// reset drops the link, the kernel's auto-connect links it again within seconds).
+    public static let freshLossWindow: Duration = .seconds(30)
 
     /// bluetoothd left the bus: counts the departure against the wearable whose link just came up
-    /// (or, with no link-up seen, against the one wearable already counted once that bluetoothd
-    /// died on again soon after its return, its link still not up), clears the counts of the
-    /// others, and disarms one at its second departure in a row. A departure that points at no
-    /// one neither counts nor clears (a count lasts `attributionMemory`).
+    /// (or, with no link-up seen, the one `unseenCulprit` names), clears the counts of the others,
+    /// and disarms one at its second departure in a row if paird saw at least one of them on its
+    /// link-up. A departure that points at no one neither counts nor clears (a count lasts
+    /// `attributionMemory`).
     mutating func attributeDeparture(_ now: Moment, _ actions: inout [Action]) {
         bluetoothd.attributedAtLoss = []
         for i in slots.indices {
@@ -62,26 +66,56 @@ extension PairingMachine {
         }
         if suspects.count > 1 { suspects = suspects.filter { inSetUp(slot[$0]!) } }
         var culprit = suspects.count == 1 ? suspects[0] : nil
-        if suspects.isEmpty, let back = bluetoothd.backAt, now.since(back) <= Self.unseenLinkWindow {
-            let counted = sortedAddresses.filter { a in
-                let i = slot[a]!, d = slots[i]
-                guard d.wanted == .connected, d.state.isPursuing, d.deathsOnLink.count > 0, inSetUp(i) else { return false }
-                return d.linkUpAt.map { $0 < back } ?? true // no link of its own since the return
-            }
-            if counted.count == 1 { culprit = counted[0] }
-        }
+        let seen = culprit != nil
+        if suspects.isEmpty { culprit = unseenCulprit(now) }
         for a in sortedAddresses {
             guard let i = slot[a] else { continue }
             if a == culprit {
                 slots[i].deathsOnLink.count += 1
                 if inSetUp(i) { slots[i].deathsOnLink.inSetUp += 1 }
+                if seen { slots[i].deathsOnLink.seen += 1 }
                 slots[i].deathsOnLink.lastAt = now
             } else if culprit != nil {
                 slots[i].deathsOnLink = DeathsOnLink()
             }
         }
-        guard let a = culprit, let i = slot[a], slots[i].deathsOnLink.count >= Self.deathsBeforeAttribution else { return }
+        // Two in a row, at least one of them on a link-up paird saw: departures it only inferred
+        // (an administrator's restarts while a wearable was away) never disarm anyone alone.
+        guard let a = culprit, let i = slot[a], slots[i].deathsOnLink.count >= Self.deathsBeforeAttribution,
+              slots[i].deathsOnLink.seen >= 1 else { return }
         attribute(i, now, &actions)
+    }
+
+    /// A departure with no link-up near it may still be one on a link bluetoothd never signalled
+    /// (it dies 0.14 s after the link came up on 6.1, sometimes before it tells D-Bus). The one
+    /// wearable it can be: pursued, not connected, no link of its own since bluetoothd's return,
+    /// and either already counted once with bluetoothd back less than `unseenLinkWindow` ago, or
+    /// whose link ended less than `freshLossWindow` ago (the reset dropped it; the kernel's
+    /// auto-connect links it again at once) while every other wanted wearable is connected.
+    func unseenCulprit(_ now: Moment) -> DeviceAddress? {
+        let waiting = sortedAddresses.filter { a in
+            let i = slot[a]!, d = slots[i]
+            return d.wanted == .connected && d.state.isPursuing && inSetUp(i)
+        }
+        if let back = bluetoothd.backAt, now.since(back) <= Self.unseenLinkWindow {
+            let counted = waiting.filter { a in
+                let d = slots[slot[a]!]
+                return d.deathsOnLink.count > 0 && (d.linkUpAt.map { $0 < back } ?? true)
+            }
+            if counted.count == 1 { return counted[0] }
+        }
+        let othersConnected = sortedAddresses.allSatisfy { a in
+            let d = slots[slot[a]!]
+            if waiting.contains(a) || d.wanted != .connected { return true }
+            if case .connected = d.state { return true }
+            return false
+        }
+        let fresh = waiting.filter { a in
+            let d = slots[slot[a]!]
+            guard d.state.link == nil, let t = d.lastDisconnect?.at else { return false }
+            return now.since(t) <= Self.freshLossWindow
+        }
+        return fresh.count == 1 && waiting.count == 1 && othersConnected ? fresh[0] : nil
     }
 
     /// Its link has not been set up (not `connected`) and the wearable never answered over it.
@@ -117,6 +151,8 @@ public struct DeathsOnLink: Sendable, Hashable {
     /// Of those, the departures that came while that link was still being set up (not
     /// `connected`, the wearable never answered over it).
     public var inSetUp = 0
+    /// Of those, the departures on a link-up paird saw (the others it inferred: `unseenCulprit`).
+    public var seen = 0
     /// When the last of them came (forgotten `PairingMachine.attributionMemory` later).
     public var lastAt: Moment?
     public init() {}

@@ -328,6 +328,41 @@ struct BluetoothdAttributionTests {
         #expect(h.machine.device(watch)?.deathsOnLink.count == 1)
     }
 
+    @Test("(k) the first death comes before bluetoothd signalled the link, just after the watch's link dropped (the reset), the ring connected: counted; the next one on its link-up disarms it")
+    func unseenFirstDeath() {
+        var h = setUp()
+        h.advance(.seconds(5))
+        _ = h.linkComesUp(watch)
+        h.advance(.seconds(5))
+        h.send(.linkDown(watch, linkLoss))          // the reset drops the link
+        h.advance(.seconds(2))
+        #expect(h.send(.bluetoothdLeft) == [.queryBluetoothdUnit], "one death: nothing decided yet")
+        #expect(h.machine.device(watch)?.deathsOnLink.count == 1 && h.machine.device(watch)?.deathsOnLink.seen == 0)
+        h.send(.adapterLost)
+        h.send(.bluetoothdUnit(nil))
+        _ = back(&h)
+        _ = linkUpThenDeath(&h, watch)
+        #expect(h.state(watch) == .needsRepair(reason: .bluetoothdDiedOnLink))
+    }
+
+    @Test("(l) two departures with no link-up seen (an administrator's restarts) after the watch's link dropped: counted, never disarming alone")
+    func inferredDeathsAlone() {
+        var h = setUp()
+        h.advance(.seconds(5))
+        _ = h.linkComesUp(watch)
+        h.advance(.seconds(5))
+        h.send(.linkDown(watch, linkLoss))
+        for _ in 0..<2 {
+            h.advance(.seconds(2))
+            h.send(.bluetoothdLeft)
+            h.send(.adapterLost)
+            h.send(.bluetoothdUnit(nil))
+            _ = back(&h)
+        }
+        #expect(h.machine.device(watch)?.deathsOnLink.count == 2 && h.machine.device(watch)?.deathsOnLink.seen == 0)
+        #expect(h.stateName(watch) == "waitingForDevice")
+    }
+
     @Test("(g) pairctl pair of the attributed address: the old bond removed first, then paired and connected; the attribution cleared")
     func pairClears() {
         var h = setUp()
