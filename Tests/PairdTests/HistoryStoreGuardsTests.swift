@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import EventLoop
 @testable import Paird
+@testable import PairCtlCommands
 import PairingCore
 
 /// Issue 43 items 4–6 on disk: the per-wearable cap, the age cap against the clock, a full disk,
@@ -126,6 +127,27 @@ struct HistoryStoreGuardsTests {
         let back = try s.load().records
         #expect(back.count == 102)
         #expect(back.suffix(2) == [HistoryRecord(kind: .notRecorded, at: next.at, lasted: 0, lost: 1), later])
+    }
+
+    @Test("pairctl history shows the not-recorded span, the clock's jump and the lines after now, in text and JSON; nothing when all is well")
+    func shown() throws {
+        let records = [
+            HistoryRecord(kind: .notRecorded, at: Self.t0 + 100, lasted: 600, lost: 12),
+            HistoryRecord(kind: .clock, at: Self.t0 + 800, jump: 86400 * 40),
+            HistoryRecord(kind: .alive, at: Self.t0 + 86400 * 41),
+        ]
+        let notes = HistoryNotes.of(records, since: Self.t0, until: Self.t0 + 1000)
+        let text = HistoryText.render(notes)
+        #expect(text.count == 3)
+        #expect(text[0].hasPrefix("not-recorded: 10 min from ") && text[0].contains("12 record(s) lost"))
+        #expect(text[1].hasPrefix("clock: the wall clock jumped forward 40 d at "))
+        #expect(text[2].hasPrefix("(1 line(s) of the record are stamped after now"))
+        #expect(HistoryText.render(HistoryNotes()).isEmpty)
+        let json = HistoryDocument(since: Self.t0, until: Self.t0 + 1000, skippedLines: 0, analyses: [], notes: notes).json()
+        let doc = try JSONSerialization.jsonObject(with: Data(json.utf8)) as! [String: Any]
+        #expect((doc["notRecorded"] as? [[String: Any]])?.first?["lost"] as? Int == 12)
+        #expect(((doc["clockJumps"] as? [[String: Any]])?.first?["seconds"] as? NSNumber)?.doubleValue == 3_456_000.0)
+        #expect(doc["futureLines"] as? Int == 1)
     }
 
     @Test("[History] BatteryStep and BatteryInterval are read and checked")
