@@ -61,6 +61,8 @@ public final class Daemon {
     /// The wall clock against the monotonic one: a jump is a `clock` line, and the age cap waits
     /// for both to agree.
     var clockWatch = ClockWatch()
+    /// A retry of the not-recorded span is scheduled (`retryHistoryLater`).
+    var historyRetryPending = false
     /// logind's delay inhibitor for sleep (closing it releases it), and why the last try failed.
     var sleepInhibitor: UnixFD?
     var sleepInhibitorError: String?
@@ -135,6 +137,7 @@ public final class Daemon {
                 log.error("could not write the availability record: \(error); what is lost is kept as a not-recorded span until it can be written")
             }
             historyError = "\(error)"
+            retryHistoryLater()
         } else {
             lastHistoryWrite = now.uptimeNanoseconds
             if historyError != nil { log.info("availability record \(history.path) written again") }
@@ -153,6 +156,25 @@ public final class Daemon {
                 } else {
                     log.info("availability record \(history.path) compacted: \(lines) → \(history.lineCount) lines")
                 }
+            }
+        }
+    }
+
+    /// While records are held as a not-recorded span, its line is tried again every minute (not
+    /// only at the next record), so the record resumes soon after the disk has room again.
+    func retryHistoryLater() {
+        guard !historyRetryPending else { return }
+        historyRetryPending = true
+        loop.schedule(after: .seconds(60)) { [unowned self] in
+            historyRetryPending = false
+            guard let history, history.notRecorded != nil else { return }
+            let now = Daemon.now()
+            if history.record([], now: now.unixTime, resync: { recorder.resync(now: now) }) != nil {
+                retryHistoryLater()
+            } else {
+                lastHistoryWrite = now.uptimeNanoseconds
+                log.info("availability record \(history.path) written again (with the span it could not write)")
+                historyError = nil
             }
         }
     }

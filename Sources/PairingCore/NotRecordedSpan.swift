@@ -8,12 +8,12 @@ public struct NotRecordedSpan: Sendable, Hashable {
 
     public init(from: Double, to: Double, lost: Int) { self.from = from; self.to = to; self.lost = lost }
 
-    /// `records` could not be written: the span grows to hold them.
+    /// `records` could not be written: the span grows to hold them (none: it stays as it is).
     public static func adding(_ records: [HistoryRecord], to span: NotRecordedSpan?, at now: Double) -> NotRecordedSpan? {
-        guard !records.isEmpty || span != nil else { return span }
+        guard !records.isEmpty else { return span }
         let times = records.map(\.at)
-        let from = min(span?.from ?? .infinity, times.min() ?? now)
-        let to = max(span?.to ?? -.infinity, times.max() ?? now)
+        let from = min(span?.from ?? .infinity, times.min()!)
+        let to = max(span?.to ?? -.infinity, times.max()!)
         return NotRecordedSpan(from: from, to: to, lost: (span?.lost ?? 0) + records.count)
     }
 

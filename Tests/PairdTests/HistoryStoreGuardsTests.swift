@@ -82,6 +82,24 @@ struct HistoryStoreGuardsTests {
         #expect(s.lostTotal == 2)
     }
 
+    @Test("the retry with no new record writes the span alone (paird tries it every minute); a failed retry loses nothing more")
+    func retrySpanAlone() throws {
+        let path = try base.tempPath()
+        let s = HistoryStore(path: path, cap: .init())
+        try s.open()
+        s.writeLine = { _, _ in errno = ENOSPC; return -1 }
+        let up = HistoryRecord(kind: .up, at: Self.t0 + 70, device: Self.a)
+        #expect(s.record([up], now: up.at) != nil)
+        #expect(s.record([], now: Self.t0 + 130) != nil)
+        #expect(s.notRecorded == NotRecordedSpan(from: up.at, to: up.at, lost: 1))
+        s.writeLine = { fd, bytes in bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) } }
+        #expect(s.record([], now: Self.t0 + 190) == nil)
+        #expect(s.notRecorded == nil)
+        #expect(try s.load().records == [HistoryRecord(kind: .notRecorded, at: up.at, lasted: 0, lost: 1)])
+        #expect(s.record([], now: Self.t0 + 250) == nil)
+        #expect(try s.load().records.count == 1, "nothing to write")
+    }
+
     @Test("a failed compaction backs off: not tried again at the next record, but a minute later (then doubling)")
     func compactionBackoff() throws {
         let path = try base.tempPath()
