@@ -168,6 +168,15 @@ struct HistoryStoreGuardsTests {
         #expect(doc["futureLines"] as? Int == 1)
     }
 
+    @Test("paird_history_not_recorded_total: 0 from the start, then the records lost")
+    func metric() {
+        let m = WearableMetrics()
+        #expect(samples(m.render())["paird_history_not_recorded_total"] == 0)
+        m.notRecorded(3)
+        m.notRecorded(2)
+        #expect(samples(m.render())["paird_history_not_recorded_total"] == 5)
+    }
+
     @Test("[History] BatteryStep and BatteryInterval are read and checked")
     func config() throws {
         let (c, warnings) = try DaemonConfig.parse("[History]\nBatteryStep = 10\nBatteryInterval = 30min\n", file: "t.conf")
