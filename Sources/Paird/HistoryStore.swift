@@ -380,6 +380,8 @@ public final class HistoryStore {
             let e = errno
             close(fd)
             fd = -1
+            lineCount = kept + newer.count(where: { $0 == UInt8(ascii: "\n") })
+            oldestAt = nil // unknown until it opens: the age is not checked meanwhile
             throw SystemError("open \(path) after compacting it (nothing is written until it opens)", e)
         }
         close(fd)

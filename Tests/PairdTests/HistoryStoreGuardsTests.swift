@@ -135,6 +135,7 @@ struct HistoryStoreGuardsTests {
         s.reopen = { _ in errno = EMFILE; return -1 }
         #expect(throws: SystemError.self) { try s.compact(now: Self.t0 + 120 * 60) }
         #expect(!s.isOpen)
+        #expect(s.lineCount == 100, "the renamed file's lines, not the old one's")
         let next = HistoryRecord(kind: .stop, at: Self.t0 + 200 * 60)
         #expect(s.record([next], now: next.at) != nil, "still not open: not written")
         #expect(lseek(old, 0, SEEK_END) == oldSize, "nothing went into the old, unlinked file")
