@@ -23,7 +23,12 @@ struct History: ParsableCommand {
         (bluetoothd, the adapter, a lost bond, paird starting), ' ' not wanted or not known. \
         A bucket is '#' only if it was connected for all its wanted time.
 
-        --json: one object, {"schemaVersion": 1, "since", "until", "skippedLines", "devices": [...]}.
+        Below the wearables: the spans paird could not write its record (not-recorded: a full \
+        disk), the jumps of the wall clock it noticed, and lines stamped after now (kept, not \
+        trusted: the clock was set back).
+
+        --json: one object, {"schemaVersion": 1, "since", "until", "skippedLines", "devices": [...], \
+        "notRecorded": [...], "clockJumps": [...], "futureLines"}.
         """)
 
     @Argument(help: ArgumentHelp("The wearable's address or name (as status shows it); all wearables in the record when left out.", valueName: "address|name"))
@@ -54,8 +59,9 @@ struct History: ParsableCommand {
             analyses = analyses.filter { DeviceAddress($0.device) == DeviceAddress(w) || $0.name.lowercased() == w.lowercased() }
             if analyses.isEmpty { throw PairctlError(.unknownDevice, "the availability record has nothing about \"\(w)\" since \(timestamp(Date(timeIntervalSince1970: from)))") }
         }
+        let notes = HistoryNotes.of(records, since: from, until: now)
         if json {
-            say(HistoryDocument(since: from, until: now, skippedLines: skipped, analyses: analyses).json())
+            say(HistoryDocument(since: from, until: now, skippedLines: skipped, analyses: analyses, notes: notes).json())
             return
         }
         if analyses.isEmpty {
@@ -63,6 +69,7 @@ struct History: ParsableCommand {
         } else {
             say(analyses.map(HistoryText.render).joined(separator: "\n\n"))
         }
+        for line in HistoryText.render(notes) { say(line) }
         if skipped > 0 { say("(\(skipped) line(s) of the record are no record and were skipped: a write cut short by a crash?)") }
     }
 
@@ -118,9 +125,10 @@ public enum HistorySince {
 /// `pairctl history --json`: times RFC 3339 UTC with milliseconds, durations in seconds. Public for
 /// HistoryBench (the query path timed in-process).
 public struct HistoryDocument: Encodable {
-    public init(since: Double, until: Double, skippedLines: Int, analyses: [HistoryAnalysis]) {
-        self.since = since; self.until = until; self.skippedLines = skippedLines; self.analyses = analyses
+    public init(since: Double, until: Double, skippedLines: Int, analyses: [HistoryAnalysis], notes: HistoryNotes = HistoryNotes()) {
+        self.since = since; self.until = until; self.skippedLines = skippedLines; self.analyses = analyses; self.notes = notes
     }
+    var notes: HistoryNotes
     var since: Double
     var until: Double
     /// Lines of the file that are no record (a torn last line after a crash).
@@ -145,10 +153,12 @@ public struct HistoryDocument: Encodable {
     struct LeftOut: Encodable { var notWantedSeconds, asleepSeconds, unknownSeconds: Double }
     struct Drop: Encodable { var at: String; var reason: String; var detail: String? }
     struct Gap: Encodable { var start: String; var seconds: Double; var reason: String? }
+    struct NotRecorded: Encodable { var from: String; var seconds: Double; var lost: Int }
+    struct ClockJump: Encodable { var at: String; var seconds: Double }
     struct Battery: Encodable { var first: Int; var firstAt: String; var last: Int; var lastAt: String; var readings: Int }
 
     public func encode(to encoder: any Encoder) throws {
-        enum K: String, CodingKey { case schemaVersion, since, until, skippedLines, devices }
+        enum K: String, CodingKey { case schemaVersion, since, until, skippedLines, devices, notRecorded, clockJumps, futureLines }
         var c = encoder.container(keyedBy: K.self)
         try c.encode(HistoryRecord.schemaVersion, forKey: .schemaVersion)
         try c.encode(HistoryRecord.formatTime(since), forKey: .since)
@@ -167,6 +177,10 @@ public struct HistoryDocument: Encodable {
                                                     lastAt: HistoryRecord.formatTime($0.lastAt), readings: $0.readings) },
                    timeline: a.timeline)
         }, forKey: .devices)
+        try c.encode(notes.notRecorded.map { NotRecorded(from: HistoryRecord.formatTime($0.at), seconds: Self.round($0.seconds), lost: $0.lost) },
+                     forKey: .notRecorded)
+        try c.encode(notes.clockJumps.map { ClockJump(at: HistoryRecord.formatTime($0.at), seconds: Self.round($0.seconds)) }, forKey: .clockJumps)
+        try c.encode(notes.futureLines, forKey: .futureLines)
     }
 
     static func round(_ v: Double) -> Double { (v * 1000).rounded() / 1000 }
@@ -212,6 +226,22 @@ public enum HistoryText {
         }
         lines.append("  timeline (1 char = 1 \(a.timeline.bucketSeconds == 3600 ? "hour" : "day"), oldest first): |\(a.timeline.strip)|")
         return lines.joined(separator: "\n")
+    }
+
+    /// What the record says of itself (`HistoryNotes`): one line each, none when all is well.
+    public static func render(_ n: HistoryNotes) -> [String] {
+        var lines: [String] = []
+        for s in n.notRecorded {
+            lines.append("not-recorded: \(duration(s.seconds)) from \(timestamp(Date(timeIntervalSince1970: s.at))), \(s.lost) record(s) lost "
+                         + "(paird could not write its record: a full disk?); what happened then is unknown")
+        }
+        for j in n.clockJumps {
+            lines.append("clock: the wall clock jumped \(j.seconds < 0 ? "back" : "forward") \(duration(abs(j.seconds))) at \(timestamp(Date(timeIntervalSince1970: j.at)))")
+        }
+        if n.futureLines > 0 {
+            lines.append("(\(n.futureLines) line(s) of the record are stamped after now: written while the clock was ahead; kept, left out here)")
+        }
+        return lines
     }
 
     /// `v` with `digits` decimals (rounded half away from zero).

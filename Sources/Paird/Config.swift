@@ -27,6 +27,8 @@ public struct DaemonConfig: Sendable, Equatable {
     public static let defaultFirstDataTimeout = Duration.seconds(5)
     /// `[History] MaxAgeDays`, `MaxRecords`: the availability record's cap (`HistoryStore.Cap`).
     public var history = HistoryStore.Cap()
+    /// `[History] BatteryStep`, `BatteryInterval`: when a battery reading is recorded (Config+History.swift).
+    public var historyBattery = HistoryRecorder.BatteryLimit()
     /// `[Metrics] Textfile`: the Prometheus textfile paird writes for node_exporter's textfile
     /// collector (an absolute path ending in `.prom`); empty, the default: no metrics written.
     public var metricsTextfile = ""
@@ -157,6 +159,8 @@ public struct DaemonConfig: Sendable, Equatable {
             case ("History", "MaxRecords"):
                 guard let v = Int(value), (100...10_000_000).contains(v) else { throw fail("MaxRecords must be a whole number in 100…10000000, got \"\(value)\"") }
                 c.history.maxRecords = v
+            case ("History", "BatteryStep"), ("History", "BatteryInterval"):
+                try c.parseHistoryBatteryKey(key, value, fail: fail)
             case ("Metrics", "Textfile"):
                 if !value.isEmpty {
                     guard value.hasPrefix("/") else { throw fail("Textfile must be an absolute path, got \"\(value)\"") }
@@ -202,7 +206,7 @@ public struct DaemonConfig: Sendable, Equatable {
         "Notifications": ["Subscribe", "Battery"],
         "Health": ["FirstDataTimeout", "SilencePeriods", "SilenceMinimum", "ProbeTimeout", "ResubscribesPerLink"],
         "Sleep": ["ResumeDeadlineFloor", "ResumeDeadlineCeiling", "ResumePowerCycles"],
-        "History": ["MaxAgeDays", "MaxRecords"],
+        "History": ["MaxAgeDays", "MaxRecords", "BatteryStep", "BatteryInterval"],
         "Metrics": ["Textfile", "Interval"],
         "Alerts": ["BatteryLow", "BatteryHysteresis", "AwayLongerThan", "NoDataFor", "DispatcherDir", "DispatcherTimeout"],
     ]

@@ -58,6 +58,11 @@ public final class Daemon {
     var historyError: String?
     /// When a record was last appended (uptime nanoseconds), for the hourly `alive` line.
     var lastHistoryWrite: Int64 = 0
+    /// The wall clock against the monotonic one: a jump is a `clock` line, and the age cap waits
+    /// for both to agree.
+    var clockWatch = ClockWatch()
+    /// A retry of the not-recorded span is scheduled (`retryHistoryLater`).
+    var historyRetryPending = false
     /// logind's delay inhibitor for sleep (closing it releases it), and why the last try failed.
     var sleepInhibitor: UnixFD?
     var sleepInhibitorError: String?
@@ -99,7 +104,7 @@ public final class Daemon {
     func openHistory() {
         let store = HistoryStore(path: historyPath, cap: config.history)
         do {
-            recorder = HistoryRecorder(earlier: try store.open())
+            recorder = HistoryRecorder(earlier: try store.open(), batteryLimit: config.historyBattery)
             history = store
         } catch {
             log.error("availability record \(store.path) unusable (\(error)); paird runs without it")
@@ -110,7 +115,12 @@ public final class Daemon {
     /// Feeds the recorder and appends what it makes: one write per record and one fsync. The cap
     /// is applied on a thread of its own (`HistoryStore.compactInBackground`), never on the loop.
     func record(_ input: HistoryRecorder.Input, now: Moment) {
-        let records = recorder.handle(input, now: now)
+        var records = recorder.handle(input, now: now)
+        if let jump = clockWatch.check(now) {
+            log.warning("the wall clock jumped \(jump > 0 ? "+" : "")\(Int(jump.rounded())) s against the monotonic clock: recorded; "
+                        + "the availability record's age cap waits until both agree again")
+            records.insert(HistoryRecord(kind: .clock, at: now.unixTime, jump: jump), at: 0)
+        }
         if let metrics {
             metrics.model.take(records)
             if records.contains(where: { $0.kind == .down && WearableMetrics.waitsForCause($0.reason) }) {
@@ -121,23 +131,50 @@ public final class Daemon {
             }
         }
         guard let history, !records.isEmpty else { return }
-        do {
-            try history.append(records)
+        let lostBefore = history.lostTotal
+        if let error = history.record(records, now: now.unixTime, resync: { recorder.resync(now: now) }) {
+            if historyError == nil {
+                log.error("could not write the availability record: \(error); what is lost is kept as a not-recorded span until it can be written")
+            }
+            historyError = "\(error)"
+            retryHistoryLater()
+        } else {
             lastHistoryWrite = now.uptimeNanoseconds
             if historyError != nil { log.info("availability record \(history.path) written again") }
             historyError = nil
-        } catch {
-            if historyError == nil { log.error("could not write the availability record: \(error)") }
-            historyError = "\(error)"
         }
-        if history.needsCompaction(now: now.unixTime), !history.compacting {
+        if history.lostTotal > lostBefore { metrics?.model.notRecorded(history.lostTotal - lostBefore) }
+        let byAge = clockWatch.agree
+        if history.compactionDue(now: now, byAge: byAge) {
             let lines = history.lineCount
-            history.compactInBackground(now: now.unixTime, on: loop) { [unowned self] error in
-                if let error {
-                    log.warning("could not apply the availability record's cap: \(error); tried again at the next record")
+            history.compactInBackground(now: now.unixTime, byAge: byAge, on: loop) { [unowned self] error in
+                if let error, !history.isOpen {
+                    log.error("availability record \(history.path) compacted but not open again: \(error); nothing is written until it opens "
+                              + "(tried at each record; what is lost meanwhile is a not-recorded span)")
+                } else if let error {
+                    log.warning("could not apply the availability record's cap: \(error); tried again in \(history.backoff.failures == 1 ? "a minute" : "up to an hour")")
                 } else {
                     log.info("availability record \(history.path) compacted: \(lines) → \(history.lineCount) lines")
                 }
+            }
+        }
+    }
+
+    /// While records are held as a not-recorded span, its line is tried again every minute (not
+    /// only at the next record), so the record resumes soon after the disk has room again.
+    func retryHistoryLater() {
+        guard !historyRetryPending else { return }
+        historyRetryPending = true
+        loop.schedule(after: .seconds(60)) { [unowned self] in
+            historyRetryPending = false
+            guard let history, history.notRecorded != nil else { return }
+            let now = Daemon.now()
+            if history.record([], now: now.unixTime, resync: { recorder.resync(now: now) }) != nil {
+                retryHistoryLater()
+            } else {
+                lastHistoryWrite = now.uptimeNanoseconds
+                log.info("availability record \(history.path) written again (with the span it could not write)")
+                historyError = nil
             }
         }
     }

@@ -41,6 +41,20 @@ public final class HistoryStore {
     public private(set) var lineCount = 0
     /// The time of the oldest record, as far as known (nil: none, or not readable).
     public private(set) var oldestAt: Double?
+    /// Records that could not be written (`record`): kept until they can be, as one span.
+    public private(set) var notRecorded: NotRecordedSpan?
+    /// Records lost since paird started (`paird_history_not_recorded_total`).
+    public private(set) var lostTotal = 0
+    /// After a failed compaction, the next waits (`CompactionBackoff`): a full disk does not make
+    /// every new record re-read the whole file.
+    public var backoff = CompactionBackoff()
+    /// Opens the record after the rename (tests make it fail).
+    var reopen: (String) -> Int32 = { Glibc.open($0, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0o600) }
+    /// Writes one line (tests make it fail as a full disk does).
+    var writeLine: (Int32, [UInt8]) -> Int = { fd, bytes in bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) } }
+    public var isOpen: Bool { fd >= 0 }
+    /// `open` succeeded once: a later loss of the descriptor is to be repaired by reopening.
+    private var opened = false
     /// A compaction running on its thread.
     private var compaction: (watch: IOWatch, pipe: Int32, size: Int, now: Double)?
     public var compacting: Bool { compaction != nil }
@@ -77,6 +91,7 @@ public final class HistoryStore {
         unlink(tmpPath)
         fd = Glibc.open(path, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
         if fd < 0 { throw SystemError("open \(path)", errno) }
+        opened = true
         try cutTornTail()
         lineCount = 0
         oldestAt = nil
@@ -106,14 +121,21 @@ public final class HistoryStore {
         return HistoryRecord.parse(lines: tail).records
     }
 
-    /// Appends `records`, each line one `write`, then one `fsync`.
+    /// Appends `records`, each line one `write`, then one `fsync`. A store whose reopen failed
+    /// (after a compaction's rename) tries it again first, and throws if it still fails: nothing
+    /// is ever written into the old, unlinked file.
     public func append(_ records: [HistoryRecord]) throws {
         guard !records.isEmpty else { return }
+        if fd < 0, opened {
+            let f = reopen(path)
+            if f < 0 { throw SystemError("open \(path) again", errno) }
+            fd = f
+        }
         if fd < 0 { throw SystemError("append to \(path): not open", EBADF) }
         for r in records {
             let bytes = Array((r.line + "\n").utf8)
             var n: Int
-            repeat { n = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) } } while n < 0 && errno == EINTR
+            repeat { n = writeLine(fd, bytes) } while n < 0 && errno == EINTR
             if n < 0 { throw SystemError("write \(path)", errno) }
             if n != bytes.count {
                 // Short write (disk full): leave no half line for the next to join.
@@ -126,10 +148,44 @@ public final class HistoryStore {
         if fsync(fd) != 0 { throw SystemError("fsync \(path)", errno) }
     }
 
-    /// A tenth over the count, or the oldest record a tenth past the age.
-    public func needsCompaction(now: Double) -> Bool {
+    /// Appends `records` after the span of those that could not be written before (its
+    /// `not-recorded` line, then `resync`'s: each device's condition again). What fails to be
+    /// written joins the span; returns the error, if any.
+    public func record(_ records: [HistoryRecord], now: Double, resync: () -> [HistoryRecord] = { [] }) -> Error? {
+        var lines = records
+        if let span = notRecorded {
+            let mentioned = Set(records.compactMap(\.device))
+            lines = [span.record] + records + resync().filter { !mentioned.contains($0.device ?? "") }
+        }
+        guard !lines.isEmpty else { return nil }
+        let before = lineCount
+        do {
+            try append(lines)
+            notRecorded = nil
+            return nil
+        } catch {
+            let written = lineCount - before
+            let offset = notRecorded == nil ? 0 : 1
+            if offset == 1, written > 0 { notRecorded = nil } // its line is out
+            // Lost: the records not written (the resync lines are no events).
+            let lost = Array(records.dropFirst(min(records.count, max(0, written - offset))))
+            notRecorded = NotRecordedSpan.adding(lost, to: notRecorded, at: now)
+            lostTotal += lost.count
+            return error
+        }
+    }
+
+    /// A compaction is to start now: none running, the file open, `needsCompaction`, and no
+    /// failed one too recently (`backoff`).
+    public func compactionDue(now: Moment, byAge: Bool) -> Bool {
+        !compacting && fd >= 0 && backoff.allows(at: now.uptimeNanoseconds) && needsCompaction(now: now.unixTime, byAge: byAge)
+    }
+
+    /// A tenth over the count, or the oldest record a tenth past the age (only with `byAge`: the
+    /// wall clock agrees with the monotonic one, `ClockWatch.agree`).
+    public func needsCompaction(now: Double, byAge: Bool = true) -> Bool {
         if lineCount > cap.maxRecords + max(1, cap.maxRecords / 10) { return true }
-        if let oldest = oldestAt, oldest < now - cap.maxAge.seconds * 1.1 { return true }
+        if byAge, let oldest = oldestAt, oldest < now - cap.maxAge.seconds * 1.1 { return true }
         return false
     }
 
@@ -159,23 +215,32 @@ public final class HistoryStore {
     /// before) took ~55 MB for a record at the default cap (15 MB, 110,000 lines), which glibc
     /// kept in the thread's arena afterwards: paird's RSS went from 15 to 44–73 MB (HistoryBench,
     /// BENCHMARKS.md).
-    public static func compactFile(path: String, tmp: String, upTo size: Int, cap: Cap, now: Double) throws -> Int {
-        let oldest = now - cap.maxAge.seconds
-        func kept(_ line: ArraySlice<UInt8>) -> Bool { HistoryRecord.parse(line: line).map { $0.at >= oldest } ?? false }
-        var within = 0
-        try forEachLine(path, upTo: size) { if kept($0) { within += 1 } }
-        let skip = max(0, within - cap.maxRecords)
+    ///
+    /// The count is kept per wearable (`quotas`): one that floods the record loses its own oldest
+    /// lines, not another's. Without `byAge` (the clocks disagree) nothing goes for its age; lines
+    /// stamped after `now` are kept either way.
+    public static func compactFile(path: String, tmp: String, upTo size: Int, cap: Cap, now: Double, byAge: Bool = true) throws -> Int {
+        let oldest = byAge ? now - cap.maxAge.seconds : -Double.infinity
+        /// The wearable a kept line counts against ("" for paird's own lines); nil: not kept.
+        func owner(_ line: ArraySlice<UInt8>) -> String? {
+            guard let r = HistoryRecord.parse(line: line), r.at >= oldest else { return nil }
+            return r.device ?? ""
+        }
+        var counts: [String: Int] = [:]
+        try forEachLine(path, upTo: size) { if let o = owner($0) { counts[o, default: 0] += 1 } }
+        let quota = quotas(counts, max: cap.maxRecords)
+        let within = quota.values.reduce(0, +)
         let t = Glibc.open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
         if t < 0 { throw SystemError("create \(tmp)", errno) }
         defer { close(t) }
         var out: [UInt8] = []
         out.reserveCapacity(Self.chunkSize + 4096)
-        var seen = 0
+        var seen: [String: Int] = [:]
         var written = 0
         try forEachLine(path, upTo: size) { line in
-            guard kept(line) else { return }
-            seen += 1
-            guard seen > skip, written < within - skip else { return }
+            guard let o = owner(line) else { return }
+            seen[o, default: 0] += 1
+            guard seen[o]! > counts[o]! - quota[o]!, written < within else { return }
             out.append(contentsOf: line)
             out.append(UInt8(ascii: "\n"))
             written += 1
@@ -190,6 +255,26 @@ public final class HistoryStore {
     }
 
     static let chunkSize = 256 * 1024
+
+    /// How many of each owner's newest lines to keep, `max` in all: while there are more, the
+    /// owner with the most loses lines first (all cut to one level, the rest of `max` to the
+    /// biggest, in key order), so a wearable with few records keeps them all.
+    static func quotas(_ counts: [String: Int], max total: Int) -> [String: Int] {
+        guard counts.values.reduce(0, +) > total else { return counts }
+        func kept(_ level: Int) -> Int { counts.values.reduce(0) { $0 + min($1, level) } }
+        var lo = 0, hi = counts.values.max() ?? 0 // kept(lo) ≤ total < kept(hi)
+        while hi - lo > 1 {
+            let mid = (lo + hi) / 2
+            if kept(mid) <= total { lo = mid } else { hi = mid }
+        }
+        var q = counts.mapValues { min($0, lo) }
+        var left = total - kept(lo)
+        for k in counts.keys.sorted() where left > 0 && counts[k]! > lo {
+            q[k]! += 1
+            left -= 1
+        }
+        return q
+    }
 
     /// Calls `body` with each line (without its newline) of the first `size` bytes of `path`, a
     /// chunk read at a time; a last line without a newline too.
@@ -223,7 +308,9 @@ public final class HistoryStore {
 
     /// Runs `compactFile` on a thread of its own over what the file holds now; `finishCompaction`
     /// then runs on `loop` and `done` is called with its outcome. At most one at a time.
-    public func compactInBackground(now: Double, on loop: EventLoop, done: @escaping (Error?) -> Void) {
+    /// Its outcome sets `backoff` (`uptime`: the monotonic clock when it ends).
+    public func compactInBackground(now: Double, byAge: Bool = true, on loop: EventLoop, uptime: @escaping () -> Int64 = HistoryStore.uptime,
+                                    done: @escaping (Error?) -> Void) {
         guard compaction == nil, fd >= 0 else { return }
         let size = Int(lseek(fd, 0, SEEK_END))
         var fds: [Int32] = [-1, -1]
@@ -232,7 +319,7 @@ public final class HistoryStore {
         let (path, tmp, cap, writeEnd) = (self.path, tmpPath, self.cap, fds[1])
         let job = BackgroundJob {
             var result = Int64(-1)
-            if let kept = try? HistoryStore.compactFile(path: path, tmp: tmp, upTo: size, cap: cap, now: now) { result = Int64(kept) }
+            if let kept = try? HistoryStore.compactFile(path: path, tmp: tmp, upTo: size, cap: cap, now: now, byAge: byAge) { result = Int64(kept) }
             _ = withUnsafeBytes(of: &result) { write(writeEnd, $0.baseAddress, 8) }
             close(writeEnd)
         }
@@ -246,9 +333,11 @@ public final class HistoryStore {
             do {
                 guard n == 8, result >= 0 else { throw SystemError("compacting \(path) failed", EIO) }
                 try finishCompaction(snapshotSize: c.size, kept: Int(result))
+                backoff.succeeded()
                 done(nil)
             } catch {
                 unlink(tmpPath)
+                backoff.failed(at: uptime())
                 done(error)
             }
         }
@@ -257,6 +346,13 @@ public final class HistoryStore {
             watch.cancel(); close(fds[0]); close(fds[1]); compaction = nil
             done(SystemError("pthread_create", EAGAIN))
         }
+    }
+
+    /// CLOCK_BOOTTIME in nanoseconds (as `Daemon.now()`).
+    public static func uptime() -> Int64 {
+        var t = timespec()
+        clock_gettime(CLOCK_BOOTTIME, &t)
+        return Int64(t.tv_sec) * 1_000_000_000 + Int64(t.tv_nsec)
     }
 
     /// On the loop: appends what was recorded since the snapshot (`snapshotSize` on) to the
@@ -276,8 +372,18 @@ public final class HistoryStore {
         if rename(tmpPath, path) != 0 { throw SystemError("rename \(tmpPath) to \(path)", errno) }
         let dfd = Glibc.open(Self.directory(of: path), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         if dfd >= 0 { fsync(dfd); close(dfd) }
-        let newFD = Glibc.open(path, O_RDWR | O_APPEND | O_CLOEXEC)
-        if newFD < 0 { throw SystemError("open \(path)", errno) }
+        let newFD = reopen(path)
+        if newFD < 0 {
+            // The old file is unlinked now: appending to it would write into the void. Closed;
+            // `append` tries to open the record again, and what fails meanwhile is a
+            // `not-recorded` span.
+            let e = errno
+            close(fd)
+            fd = -1
+            lineCount = kept + newer.count(where: { $0 == UInt8(ascii: "\n") })
+            oldestAt = nil // unknown until it opens: the age is not checked meanwhile
+            throw SystemError("open \(path) after compacting it (nothing is written until it opens)", e)
+        }
         close(fd)
         fd = newFD
         lineCount = kept + newer.count(where: { $0 == UInt8(ascii: "\n") })
@@ -289,9 +395,9 @@ public final class HistoryStore {
     }
 
     /// Applies the cap now, on this thread (tests; paird uses `compactInBackground`).
-    public func compact(now: Double) throws {
+    public func compact(now: Double, byAge: Bool = true) throws {
         let size = Int(lseek(fd, 0, SEEK_END))
-        let kept = try Self.compactFile(path: path, tmp: tmpPath, upTo: size, cap: cap, now: now)
+        let kept = try Self.compactFile(path: path, tmp: tmpPath, upTo: size, cap: cap, now: now, byAge: byAge)
         try finishCompaction(snapshotSize: size, kept: kept)
     }
 
@@ -343,4 +449,24 @@ final class BackgroundJob: @unchecked Sendable {
         pthread_detach(tid)
         return true
     }
+}
+
+/// When the next compaction may run after failed ones: a minute after the first failure,
+/// doubling to an hour; at once after a success. Monotonic nanoseconds.
+public struct CompactionBackoff: Sendable, Hashable {
+    public private(set) var failures = 0
+    public private(set) var retryAt: Int64 = 0
+    static let first: Int64 = 60 * 1_000_000_000
+    static let most: Int64 = 3600 * 1_000_000_000
+
+    public init() {}
+
+    public func allows(at uptime: Int64) -> Bool { failures == 0 || uptime >= retryAt }
+
+    public mutating func failed(at uptime: Int64) {
+        failures += 1
+        retryAt = uptime + min(Self.most, Self.first << min(failures - 1, 16))
+    }
+
+    public mutating func succeeded() { failures = 0; retryAt = 0 }
 }

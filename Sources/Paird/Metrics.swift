@@ -25,6 +25,7 @@ public final class WearableMetrics {
         public static let battery = "paird_wearable_battery_percent"
         public static let notifications = "paird_wearable_notifications_total"
         public static let crashes = "paird_bluetoothd_crashes_total"
+        public static let notRecorded = "paird_history_not_recorded_total"
     }
 
     static let help: [String: String] = [
@@ -35,6 +36,7 @@ public final class WearableMetrics {
         Name.battery: "The last Battery Level read or notified, percent.",
         Name.notifications: "Notifications received from the wearable, every characteristic.",
         Name.crashes: "bluetoothd exits that systemd called a crash.",
+        Name.notRecorded: "Availability records that could not be written (a full disk): each span of them is a not-recorded line once it can be.",
     ]
 
     /// Seconds: reconnects are mostly under a few seconds (the link is back, paird sets it up);
@@ -51,6 +53,7 @@ public final class WearableMetrics {
 
     public let registry = PrometheusCollectorRegistry()
     private let crashes: Counter
+    private let notRecordedCounter: Counter
     private var crashCount = 0
 
     /// What is known of one wearable; its series are made from it.
@@ -88,6 +91,13 @@ public final class WearableMetrics {
 
     public init() {
         crashes = registry.makeCounter(name: Name.crashes, help: Self.help[Name.crashes]!)
+        notRecordedCounter = registry.makeCounter(name: Name.notRecorded, help: Self.help[Name.notRecorded]!)
+    }
+
+    /// `count` availability records could not be written.
+    public func notRecorded(_ count: Int) {
+        notRecordedCounter.increment(by: Int64(count))
+        onChange()
     }
 
     /// The exposition, as the library renders it.
@@ -136,7 +146,7 @@ public final class WearableMetrics {
                 changed = true
             case .reason:
                 if pendingDrops[a] != nil, let reason = r.reason { pendingDrops[a] = reason }
-            case .battery, .start, .stop, .alive:
+            case .battery, .start, .stop, .alive, .clock, .notRecorded:
                 break // battery: `battery(_:)`, from BlueZ directly (the record leaves out unchanged levels)
             }
         }

@@ -4,7 +4,7 @@
 /// The record is replayed in file order. Each device's `up`/`down`/`change` records cut its time
 /// into segments of one condition; `start` ends every segment at the last line written before it
 /// (after a crash of paird nothing is known from that line to the start), `stop` ends them at
-/// once; a segment still open at the end runs to `until`. Everything is clipped to
+/// once (and `not-recorded` too: what followed is unknown); a segment still open at the end runs to `until`. Everything is clipped to
 /// `[since, until]`.
 ///
 /// - availability = connected ÷ wanted, wanted = connected + away + down. Left out, and said:
@@ -114,7 +114,10 @@ public struct HistoryAnalysis: Sendable, Hashable, Codable {
             switch r.kind {
             case .start: close(at: lastLine ?? r.at)
             case .stop: close(at: r.at)
-            case .alive: break
+            // Records were lost from here: unknown until the device's next line (paird writes
+            // each one's condition again after the span, `HistoryRecorder.resync`).
+            case .notRecorded: close(at: r.at)
+            case .alive, .clock: break
             case .up, .down, .change, .reason, .battery:
                 guard r.device == device else { continue }
                 if let n = r.name, !n.isEmpty { name = n }

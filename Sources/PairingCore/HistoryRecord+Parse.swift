@@ -58,6 +58,8 @@ extension HistoryRecord {
             case .away: guard let v = p.number() else { return nil }; r.away = v
             case .lasted: guard let v = p.number() else { return nil }; r.lasted = v
             case .level: guard let v = p.number(), let l = Int(exactly: v) else { return nil }; r.level = l
+            case .jump: guard let v = p.number() else { return nil }; r.jump = v
+            case .lost: guard let v = p.number(), let l = Int(exactly: v) else { return nil }; r.lost = l
             case nil: return nil
             }
         }
@@ -69,7 +71,7 @@ extension HistoryRecord {
     }
 
     private enum Key {
-        case type, at, device, name, condition, reason, detail, latency, away, lasted, level
+        case type, at, device, name, condition, reason, detail, latency, away, lasted, level, jump, lost
         init?(_ s: UnsafeBufferPointer<UInt8>) {
             func eq(_ t: StaticString) -> Bool {
                 t.utf8CodeUnitCount == s.count && t.withUTF8Buffer { $0.elementsEqual(s) }
@@ -77,7 +79,8 @@ extension HistoryRecord {
             if eq("type") { self = .type } else if eq("at") { self = .at } else if eq("device") { self = .device }
             else if eq("name") { self = .name } else if eq("condition") { self = .condition } else if eq("reason") { self = .reason }
             else if eq("detail") { self = .detail } else if eq("latency") { self = .latency } else if eq("away") { self = .away }
-            else if eq("lasted") { self = .lasted } else if eq("level") { self = .level } else { return nil }
+            else if eq("lasted") { self = .lasted } else if eq("level") { self = .level }
+            else if eq("jump") { self = .jump } else if eq("lost") { self = .lost } else { return nil }
         }
     }
 

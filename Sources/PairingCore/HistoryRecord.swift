@@ -31,6 +31,12 @@ public struct HistoryRecord: Sendable, Hashable, Codable {
         /// paird was running at `at` (written when nothing else was for an hour): after a crash
         /// of paird, the time since the last line is unknown, not counted either way.
         case alive
+        /// The wall clock jumped against the monotonic one (`ClockWatch`): `jump` seconds (a
+        /// step forward is positive). Lines before it and after it are on different clocks.
+        case clock
+        /// Records that could not be written (a full disk): from `at` for `lasted` seconds, `lost`
+        /// records at least (`NotRecordedSpan`). What happened then is unknown.
+        case notRecorded = "not-recorded"
     }
 
     /// What a wanted-or-not wearable was doing from this record on.
@@ -86,10 +92,14 @@ public struct HistoryRecord: Sendable, Hashable, Codable {
     public var lasted: Double?
     /// `battery`: percent.
     public var level: Int?
+    /// `clock`: seconds the wall clock moved beyond the monotonic clock.
+    public var jump: Double?
+    /// `not-recorded`: how many records were lost (at least).
+    public var lost: Int?
 
     public init(kind: Kind, at: Double, device: String? = nil, name: String? = nil, condition: Condition? = nil,
                 reason: String? = nil, detail: String? = nil, latency: Double? = nil, away: Double? = nil,
-                lasted: Double? = nil, level: Int? = nil) {
+                lasted: Double? = nil, level: Int? = nil, jump: Double? = nil, lost: Int? = nil) {
         self.kind = kind
         self.at = at
         self.device = device
@@ -101,10 +111,12 @@ public struct HistoryRecord: Sendable, Hashable, Codable {
         self.away = away
         self.lasted = lasted
         self.level = level
+        self.jump = jump
+        self.lost = lost
     }
 
     enum CodingKeys: String, CodingKey {
-        case kind = "type", at, device, name, condition, reason, detail, latency, away, lasted, level
+        case kind = "type", at, device, name, condition, reason, detail, latency, away, lasted, level, jump, lost
     }
 
     public init(from decoder: any Decoder) throws {
@@ -124,6 +136,8 @@ public struct HistoryRecord: Sendable, Hashable, Codable {
         away = try c.decodeIfPresent(Double.self, forKey: .away)
         lasted = try c.decodeIfPresent(Double.self, forKey: .lasted)
         level = try c.decodeIfPresent(Int.self, forKey: .level)
+        jump = try c.decodeIfPresent(Double.self, forKey: .jump)
+        lost = try c.decodeIfPresent(Int.self, forKey: .lost)
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -139,6 +153,8 @@ public struct HistoryRecord: Sendable, Hashable, Codable {
         try c.encodeIfPresent(away.map(Self.millis), forKey: .away)
         try c.encodeIfPresent(lasted.map(Self.millis), forKey: .lasted)
         try c.encodeIfPresent(level, forKey: .level)
+        try c.encodeIfPresent(jump.map(Self.millis), forKey: .jump)
+        try c.encodeIfPresent(lost, forKey: .lost)
     }
 
     static func millis(_ s: Double) -> Double { (s * 1000).rounded() / 1000 }

@@ -56,12 +56,18 @@ public struct HistoryRecorder: Sendable {
     /// The last battery level recorded per device (seeded from the file, so a restart does not
     /// record an unchanged level again).
     var battery: [String: Int] = [:]
+    /// When each device's last battery record was made (this paird's monotonic clock).
+    var batteryAt: [String: Moment] = [:]
+    /// `[History] BatteryStep`, `BatteryInterval`: what a battery reading must differ by, and how
+    /// long after the last one, to be recorded (a wearable alternating 49/50 % cannot flood the record).
+    public var batteryLimit: BatteryLimit
     var bluetoothdGone = false
     /// Between `hostSleeping` and `hostResumed`.
     var asleep = false
 
     /// `earlier`: the records already in the file (only their battery readings are used).
-    public init(earlier: [HistoryRecord] = []) {
+    public init(earlier: [HistoryRecord] = [], batteryLimit: BatteryLimit = BatteryLimit()) {
+        self.batteryLimit = batteryLimit
         for r in earlier where r.kind == .battery {
             if let d = r.device, let l = r.level { battery[d] = l }
         }
@@ -102,8 +108,9 @@ public struct HistoryRecorder: Sendable {
             return out
         case .battery(let a, let level):
             let key = a.description
-            guard battery[key] != Int(level) else { return [] }
+            guard batteryLimit.records(Int(level), last: battery[key], lastAt: batteryAt[key], now: now) else { return [] }
             battery[key] = Int(level)
+            batteryAt[key] = now
             return [HistoryRecord(kind: .battery, at: t, device: key, name: devices[a]?.name, level: Int(level))]
         case .report(let r):
             guard let a = r.device else { return [] }
@@ -135,6 +142,7 @@ public struct HistoryRecorder: Sendable {
         case .addressChanged(let old, let new):
             if let d = devices.removeValue(forKey: old) { devices[new] = d }
             if let l = battery.removeValue(forKey: old.description) { battery[new.description] = l }
+            if let t = batteryAt.removeValue(forKey: old.description) { batteryAt[new.description] = t }
             return []
         }
     }
@@ -232,6 +240,35 @@ public struct HistoryRecorder: Sendable {
 }
 
 extension HistoryRecorder {
+    /// When a battery reading is recorded: the first of a wearable always; later ones only at
+    /// least `step` percent from the last recorded and at least `interval` after it. Connectivity
+    /// records are never held back.
+    public struct BatteryLimit: Sendable, Hashable {
+        public var step: Int
+        public var interval: Duration
+        public init(step: Int = 5, interval: Duration = .seconds(600)) {
+            self.step = step
+            self.interval = interval
+        }
+
+        public func records(_ level: Int, last: Int?, lastAt: Moment?, now: Moment) -> Bool {
+            guard let last else { return true }
+            guard abs(level - last) >= max(1, step) else { return false }
+            guard let lastAt else { return true } // seeded from the file: no time of this paird's
+            return now.since(lastAt) >= interval
+        }
+    }
+
+    /// Each device's current condition, as `change` lines (detail `resync`): written after a
+    /// `not-recorded` span, so that what follows it is known again without waiting for a change.
+    public func resync(now: Moment) -> [HistoryRecord] {
+        devices.keys.sorted(by: { $0.description < $1.description }).compactMap { a in
+            guard let d = devices[a], let c = d.condition else { return nil }
+            return HistoryRecord(kind: .change, at: now.unixTime, device: a.description, name: d.name, condition: c,
+                                 reason: d.reason, detail: "resync")
+        }
+    }
+
     /// The device's current drop began within `DisconnectClassifier.causeWindow` of `now`.
     func causedNow(_ d: Device, _ now: Moment) -> Bool {
         d.droppedAt.map { now.since($0) <= DisconnectClassifier.causeWindow } ?? false

@@ -80,3 +80,56 @@ struct HistoryIntegrationTests {
         #expect(host.pairctl("history", "--since", "yesterday-ish").status == 64)
     }
 }
+
+/// Issue 43 item 6 end to end: the real paird cannot write its record, keeps running, and once it
+/// can, the record says what it could not write. The full disk is a file-size limit
+/// (RLIMIT_FSIZE, set on the running paird with prlimit; SIGXFSZ ignored): its writes fail with
+/// EFBIG where a full disk's fail with ENOSPC, through the same path; a real full filesystem is
+/// the bed's.
+@Suite("pairctl history when paird cannot write its record", .serialized)
+struct HistoryDiskFullIntegrationTests {
+    let watch = MockedHost.watch
+
+    @Test("a write limit reached: paird runs on, and once it is lifted the not-recorded span is in the file and in pairctl history")
+    func notRecorded() throws {
+        let host = try MockedHost()
+        try "[Health]\nFirstDataTimeout = 0\n".write(toFile: host.dir.appendingPathComponent("paird.conf").path, atomically: true, encoding: .utf8)
+        // Older lines of another wearable, so the record is far bigger than the state file (the limit is on every file).
+        let file = host.dir.appendingPathComponent("history.jsonl").path
+        let now = Date().timeIntervalSince1970
+        try (0..<400).map { HistoryRecord(kind: .battery, at: now - 3600 + Double($0), device: "C0:FF:EE:00:00:09", level: $0 % 100).line + "\n" }
+            .joined().write(toFile: file, atomically: false, encoding: .utf8)
+        try host.startPaird(shell: "trap '' XFSZ;")
+        try host.pairWatchOK()
+        try waitFor("connected", deadline: 10) { host.state() == "connected" }
+        let pid = try #require(host.paird?.processIdentifier)
+        func size() throws -> Int { (try FileManager.default.attributesOfItem(atPath: file)[.size] as? NSNumber)?.intValue ?? -1 }
+        let full = try size()
+        try host.must(host.run("/usr/bin/prlimit", ["--pid", "\(pid)", "--fsize=\(full):unlimited"]), "prlimit")
+
+        try host.setDevice(watch, "'Connected': False, 'ServicesResolved': False") // link loss: not recorded
+        try waitFor("waitingForDevice", deadline: 10) { host.state() == "waitingForDevice" }
+        try host.setDevice(watch, "'Connected': True, 'ServicesResolved': True")   // back: not recorded
+        try waitFor("connected again", deadline: 10) { host.state() == "connected" }
+        #expect(try size() == full, "nothing written, nothing half-written")
+        #expect(host.paird?.isRunning == true)
+        #expect(host.log().contains("could not write the availability record"), "\(host.log())")
+
+        try host.must(host.run("/usr/bin/prlimit", ["--pid", "\(pid)", "--fsize=unlimited"]), "prlimit")
+        try host.setDevice(watch, "'Connected': False, 'ServicesResolved': False") // recorded, after the span
+        try waitFor("waitingForDevice", deadline: 10) { host.state() == "waitingForDevice" }
+        let lines = try String(contentsOfFile: file, encoding: .utf8).split(separator: "\n").compactMap { HistoryRecord.parse(line: Array($0.utf8)) }
+        let spans = lines.filter { $0.kind == .notRecorded }
+        #expect(spans.count == 1, "\(lines.suffix(6))")
+        #expect((spans.first?.lost ?? 0) >= 2, "the drop and the reconnect at least: \(spans)")
+        #expect(lines.last?.kind == .down || lines.suffix(3).contains { $0.kind == .down }, "\(lines.suffix(4))")
+
+        let r = host.run(MockedHost.pairctlBin, ["history", "--json"])
+        try host.must(r, "pairctl history --json")
+        let doc = try #require(try JSONSerialization.jsonObject(with: Data(r.out.utf8)) as? [String: Any])
+        let listed = try #require(doc["notRecorded"] as? [[String: Any]], "\(r.out)")
+        #expect(listed.count == 1 && (listed.first?["lost"] as? Int ?? 0) >= 2, "\(listed)")
+        let text = host.pairctl("history")
+        #expect(text.out.contains("not-recorded: "), "\(text.out)")
+    }
+}

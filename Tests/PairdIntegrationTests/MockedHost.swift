@@ -198,13 +198,18 @@ final class MockedHost {
         return Int(r.out.trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1
     }
 
-    func startPaird(_ extra: [String] = [], env extraEnv: [String: String] = [:], waitReady: Bool = true) throws {
+    /// `shell`: a sh prefix run before paird is exec'd in its place (`trap '' XFSZ;`).
+    func startPaird(_ extra: [String] = [], env extraEnv: [String: String] = [:], waitReady: Bool = true, shell: String? = nil) throws {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: Self.pairdBin)
         let conf = dir.appendingPathComponent("paird.conf").path
         // an explicit --config must exist; an empty one is all defaults
         if !FileManager.default.fileExists(atPath: conf) { _ = FileManager.default.createFile(atPath: conf, contents: Data()) }
         p.arguments = ["--state-file", statePath, "--config", conf] + extra
+        if let shell {
+            p.executableURL = URL(fileURLWithPath: "/bin/sh")
+            p.arguments = ["-c", shell + " exec \"$0\" \"$@\"", Self.pairdBin] + p.arguments!
+        }
         p.environment = env.merging(extraEnv) { $1 }
         _ = FileManager.default.createFile(atPath: pairdLog, contents: nil)
         let log = FileHandle(forWritingAtPath: pairdLog)!

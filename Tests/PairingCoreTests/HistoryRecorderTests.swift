@@ -143,9 +143,9 @@ struct HistoryRecorderTests {
         #expect(r.records.last?.away == nil, "no drop of this paird's: the time away is the analysis's gap")
     }
 
-    @Test("battery: recorded only on change, and not again after a restart with the same level")
+    @Test("battery: recorded only on change, and not again after a restart with the same level (no step, no interval)")
     func battery() {
-        var rec = HistoryRecorder()
+        var rec = HistoryRecorder(batteryLimit: .init(step: 1, interval: .zero))
         let a = watch
         #expect(rec.handle(.battery(a, level: 80), now: .at(1)).map(\.level) == [80])
         #expect(rec.handle(.battery(a, level: 80), now: .at(2)).isEmpty)
