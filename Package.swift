@@ -38,13 +38,15 @@ let package = Package(
         .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
 
         .target(name: "PairingCore"),
+        // The dispatcher's fork + execveat of a checked descriptor (posix_spawn cannot run an fd).
+        .target(name: "CSpawn"),
         .target(name: "CBuildInfo", cSettings: buildVersion.map { [.define("PAIRD_VERSION", to: "\"\($0)\"")] } ?? []),
         .target(name: "BuildInfo", dependencies: ["CBuildInfo", "PairingCore"]),
         .target(name: "EventLoop"),
         .target(name: "DBus", dependencies: ["CDBus", "EventLoop"]),
         .target(name: "BlueZ", dependencies: ["DBus", "EventLoop", "PairingCore"]),
         .target(name: "Paird", dependencies: [
-            "PairingCore", "EventLoop", "DBus", "BlueZ", "CSystemd", "BuildInfo", .product(name: "Prometheus", package: "swift-prometheus"),
+            "PairingCore", "EventLoop", "DBus", "BlueZ", "CSystemd", "CSpawn", "BuildInfo", .product(name: "Prometheus", package: "swift-prometheus"),
         ]),
         .executableTarget(name: "paird", dependencies: [
             "Paird", "PairingCore", "BuildInfo", .product(name: "ArgumentParser", package: "swift-argument-parser"),
