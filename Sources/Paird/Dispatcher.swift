@@ -305,6 +305,8 @@ public final class Dispatcher {
     private func take(_ bytes: ArraySlice<UInt8>) {
         guard var r = running else { return }
         if r.linesLogged >= Self.maxOutputLines {
+            // A partial line left from before is counted with its newline, here.
+            r.pending = []
             r.linesNotLogged += bytes.reduce(0) { $0 + ($1 == 0x0a ? 1 : 0) }
             r.discarded += bytes.count
             running = r
