@@ -322,4 +322,25 @@ struct DispatcherTests {
         #expect(Self.gone(pid), "the setsid child (pid \(pid)) is still there (alive or a zombie)")
         if !Self.gone(pid) { kill(pid, SIGKILL) }
     }
+
+    @Test("a script swapped after the check (renamed over, or a symlink put in its place) does not run: the checked file does")
+    func swappedAfterCheckRunsTheChecked() throws {
+        let f = try Fixture()
+        let evil = (f.dir as NSString).deletingLastPathComponent + "/evil"
+        try "#!/bin/sh\ntouch \(f.out)/evil\n".write(toFile: evil, atomically: false, encoding: .utf8)
+        chmod(evil, 0o755)
+        // 10-swap runs after the directory was listed and checked, before 20-b and 30-c start.
+        try f.script("10-swap", """
+            printf '#!/bin/sh\\ntouch \(f.out)/replaced\\n' > \(f.dir)/.new; chmod 755 \(f.dir)/.new; mv -f \(f.dir)/.new \(f.dir)/20-b
+            ln -s \(evil) \(f.dir)/.link; mv -f \(f.dir)/.link \(f.dir)/30-c
+            """)
+        try f.script("20-b", "touch \(f.out)/b")
+        try f.script("30-c", "touch \(f.out)/c")
+        let d = f.dispatcher()
+        d.dispatch(event: "noData", environment: [:])
+        try f.runUntilIdle(d)
+        #expect(f.outcomes.map(\.result) == [.exited(0), .exited(0), .exited(0)])
+        #expect(f.read("b") != nil && f.read("c") != nil, "the files checked ran")
+        #expect(f.read("replaced") == nil && f.read("evil") == nil, "what was put in their place after the check ran")
+    }
 }
