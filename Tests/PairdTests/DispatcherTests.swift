@@ -343,4 +343,17 @@ struct DispatcherTests {
         #expect(f.read("b") != nil && f.read("c") != nil, "the files checked ran")
         #expect(f.read("replaced") == nil && f.read("evil") == nil, "what was put in their place after the check ran")
     }
+
+    @Test("an endless flood: paird closes the pipe after maxDiscardedBytes, the writer gets SIGPIPE, the script goes on")
+    func endlessFloodCut() throws {
+        let f = try Fixture()
+        try f.script("50-endless", "yes flood; echo \"$?\" > \(f.out)/after")
+        let d = f.dispatcher()
+        d.dispatch(event: "noData", environment: [:])
+        try f.runUntilIdle(d)
+        #expect(f.outcomes.map(\.result) == [.exited(0)], "ended by itself, not at the limit")
+        #expect(f.read("after") == "141\n", "yes ended by SIGPIPE (128 + 13): \(f.read("after") ?? "nothing")")
+        #expect(f.output.count == Dispatcher.maxOutputLines)
+        #expect((f.outcomes.first?.linesNotLogged ?? 0) > 0)
+    }
 }
