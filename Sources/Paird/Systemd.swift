@@ -111,7 +111,8 @@ public final class Log: @unchecked Sendable {
     }
 
     /// A line of a dispatcher script's output, at info, under its own `SYSLOG_IDENTIFIER`
-    /// (`paird-dispatch-NAME`). The line is already `terminalSafe`: in the journal it is the
+    /// (`paird-dispatch-NAME`). The line must already be `terminalSafe` (the `Dispatcher` makes it
+    /// so; not escaped again here, or its backslashes would double): in the journal it is the
     /// MESSAGE field (a `<0>` in it is text), on stderr it follows the identifier, so it never
     /// starts a line (no priority prefix a reader could take for one).
     public func scriptOutput(identifier: String, _ line: String, fields: KeyValuePairs<String, String> = [:]) {
@@ -121,7 +122,7 @@ public final class Log: @unchecked Sendable {
             for (k, v) in fields { entries.append("\(k)=\(v)") }
             Log.sendv(entries)
         } else {
-            writeAll(2, "\(identifier): \(line.terminalSafe)\n")
+            writeAll(2, "\(identifier): \(line)\n")
         }
     }
 
