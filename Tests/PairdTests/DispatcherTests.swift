@@ -290,12 +290,14 @@ struct DispatcherTests {
             while [ ! -e \(f.out)/escaped ]; do sleep 0.05; done
             sleep 60
             """)
-        let d = f.dispatcher(timeout: .seconds(2))
+        // The limit only has to come after the child wrote its pid (a fork, sh and mv): 5 s,
+        // loaded host or not.
+        let d = f.dispatcher(timeout: .seconds(5))
         d.dispatch(event: "noData", environment: [:])
         try f.runUntilIdle(d, limit: .seconds(60))
         #expect(f.outcomes.map(\.result) == [.killedAtLimit])
         guard let pid = f.read("escaped").flatMap({ pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }) else {
-            Issue.record("the setsid child did not write its pid (the script was too slow for its 2 s limit?)")
+            Issue.record("the setsid child did not write its pid (the script was too slow for its 5 s limit?)")
             return
         }
         #expect(Self.gone(pid), "the setsid child (pid \(pid)) is still there (alive or a zombie)")
