@@ -3,6 +3,7 @@
 //
 // Layering (bottom to top; a target imports only what is below it):
 //   CDBus, CSystemd   system libraries: shim headers only, no variadic C call ever reaches Swift
+//   CSpawn            one small C file: the dispatcher's fork + execveat of a checked descriptor
 //   PairingCore       pure Swift: state machine, countdowns as data, classifier, backoff, state model
 //   EventLoop         the one epoll loop: fds, timerfd countdowns, signalfd
 //   DBus              thin safe layer over libdbus-1, driven by EventLoop
