@@ -3,6 +3,7 @@
 //
 // Layering (bottom to top; a target imports only what is below it):
 //   CDBus, CSystemd   system libraries: shim headers only, no variadic C call ever reaches Swift
+//   CSpawn            one small C file: the dispatcher's fork + execveat of a checked descriptor
 //   PairingCore       pure Swift: state machine, countdowns as data, classifier, backoff, state model
 //   EventLoop         the one epoll loop: fds, timerfd countdowns, signalfd
 //   DBus              thin safe layer over libdbus-1, driven by EventLoop
@@ -47,13 +48,15 @@ let package = Package(
         .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
 
         .target(name: "PairingCore"),
+        // The dispatcher's fork + execveat of a checked descriptor (posix_spawn cannot run an fd).
+        .target(name: "CSpawn"),
         .target(name: "CBuildInfo", cSettings: buildInfoDefines),
         .target(name: "BuildInfo", dependencies: ["CBuildInfo", "PairingCore"]),
         .target(name: "EventLoop"),
         .target(name: "DBus", dependencies: ["CDBus", "EventLoop"]),
         .target(name: "BlueZ", dependencies: ["DBus", "EventLoop", "PairingCore"]),
         .target(name: "Paird", dependencies: [
-            "PairingCore", "EventLoop", "DBus", "BlueZ", "CSystemd", "BuildInfo", .product(name: "Prometheus", package: "swift-prometheus"),
+            "PairingCore", "EventLoop", "DBus", "BlueZ", "CSystemd", "CSpawn", "BuildInfo", .product(name: "Prometheus", package: "swift-prometheus"),
         ]),
         .executableTarget(name: "paird", dependencies: [
             "Paird", "PairingCore", "BuildInfo", .product(name: "ArgumentParser", package: "swift-argument-parser"),

@@ -6,7 +6,7 @@ public struct AlertSettings: Sendable, Equatable {
     public var thresholds = AlertConfig()
     /// `[Alerts] DispatcherDir`: the directory of executables run for each alert.
     public var dispatcherDir = "/etc/paird/dispatcher.d"
-    /// `[Alerts] DispatcherTimeout`: a script still running after this is killed (its process group).
+    /// `[Alerts] DispatcherTimeout`: a script still running after this is killed, and everything it started (`Dispatcher`).
     public var dispatcherTimeout: Duration = .seconds(10)
     public init() {}
 }

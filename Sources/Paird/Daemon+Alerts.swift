@@ -104,6 +104,14 @@ extension Daemon {
             } else {
                 log.log(.warning, "dispatcher: \(o.path) \(o.event): \(o.result) (\(took) s)", id: Log.MessageID.dispatcherScript, fields: fields)
             }
+            if o.linesNotLogged > 0 {
+                log.log(.warning, "dispatcher: \(o.path) \(o.event): \(o.linesNotLogged) more lines of output not logged (at most \(Dispatcher.maxOutputLines) a run)",
+                        id: Log.MessageID.dispatcherScript, fields: ["PAIRD_SCRIPT": o.path])
+            }
+            if o.leftoversKilled > 0 {
+                log.log(.warning, "dispatcher: \(o.path) \(o.event): \(o.leftoversKilled) processes it left running were killed",
+                        id: Log.MessageID.dispatcherScript, fields: ["PAIRD_SCRIPT": o.path])
+            }
         }
         d.onSkip = { [unowned self] path, why, warning in
             if warning {
@@ -113,6 +121,12 @@ extension Daemon {
             }
         }
         d.onProblem = { [unowned self] m in log.warning(m) }
+        d.onRefused = { [unowned self] m in
+            log.log(.error, m, id: Log.MessageID.dispatcherScript, fields: ["PAIRD_SCRIPT": config.alerts.dispatcherDir])
+        }
+        d.onOutput = { [unowned self] path, line in
+            log.scriptOutput(identifier: Log.scriptIdentifier(path), line, fields: ["PAIRD_SCRIPT": path])
+        }
         alerting = AlertRuntime(decider: AlertDecider(config: thresholds), dispatcher: d)
     }
 

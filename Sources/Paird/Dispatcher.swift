@@ -1,4 +1,6 @@
+import CSpawn
 import EventLoop
+import PairingCore
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -6,27 +8,45 @@ import Glibc
 /// Runs the executables of a directory (`[Alerts] DispatcherDir`, /etc/paird/dispatcher.d) for
 /// each alert, as NetworkManager-dispatcher runs its own:
 ///
-/// - the directory is listed when the alert's turn comes, names sorted (bytewise, `10-a` before
-///   `50-b`); hidden files, backups (`~`) and package leftovers (`.dpkg-old`, `.rpmnew`…) are
-///   passed over, and so are files that are not regular or not executable (said at debug
-///   priority), and, said as warnings, files not owned by root (or by paird's own user) and
-///   files writable by group or others;
+/// - the directory is opened when the alert's turn comes and checked on that descriptor (fstat):
+///   it must be owned by root (or by paird's own user, `directoryOwners`) and not writable by
+///   group or others, or no script of it runs, said once per alert (`onRefused`);
+/// - its names sorted (bytewise, `10-a` before `50-b`); hidden files, backups (`~`) and package
+///   leftovers (`.dpkg-old`, `.rpmnew`…) are passed over; each other name is opened with
+///   openat(O_PATH|O_NOFOLLOW) and checked with fstat on that descriptor: symbolic links (said as
+///   warnings), files that are not regular or not executable (said at debug priority), and, said
+///   as warnings, files not owned by root (or by paird's own user) and files writable by group or
+///   others are not run;
+/// - the script runs from that same descriptor (execveat(AT_EMPTY_PATH), `paird_spawn_fd` in
+///   CSpawn): what runs is the inode that was checked, whatever the name points to by then;
 /// - each runs with a fresh environment: `PATH`, and the alert's `PAIRD_*` variables; argv is the
-///   script, the event and the wearable's address (empty for none); stdin is /dev/null, stdout
-///   and stderr are paird's (the journal); the signal mask and dispositions are reset;
+///   script, the event and the wearable's address (empty for none); stdin is /dev/null; the signal
+///   mask and dispositions are reset;
+/// - stdout and stderr are a pipe paird reads: at most `maxOutputLines` lines per run, each cut at
+///   `maxLineBytes` and made `terminalSafe`, go to `onOutput` (the journal, under the script's own
+///   identifier `paird-dispatch-NAME`); the rest is counted (`Outcome.linesNotLogged`), read and
+///   dropped up to `maxDiscardedBytes`, then paird closes its end (a script still writing gets
+///   EPIPE/SIGPIPE). journald rate-limits per unit, not per identifier: the scripts run in
+///   paird.service, so their output is capped here, or a flood would hide paird's own entries;
 /// - one at a time: the next script, or the next alert's scripts, starts when the one before
 ///   has ended (a queue of at most `maxQueued` alerts; more are dropped, and said so);
-/// - each in a process group of its own, killed (SIGKILL to the group) at `timeout`;
-/// - never blocking the loop: posix_spawn, and the end is seen through a pidfd the loop watches
-///   (where the kernel has none, waitpid(WNOHANG) every 100 ms); every end is reported
-///   (`onOutcome`) with its exit status.
+/// - each in a process group of its own; at `timeout` everything it started is killed, a child
+///   that called `setsid` included: paird is a child subreaper (PR_SET_CHILD_SUBREAPER), so what a
+///   script leaves behind is reparented to paird, not to init, and a sweep of /proc kills
+///   (SIGKILL) the script and every process descending from it or adopted by paird, and reaps
+///   them, until none is left. The same sweep runs when a script exits: nothing it started
+///   outlives its run. What escapes: what another service starts on a script's request
+///   (`systemd-run`, at(1), D-Bus activation), which is not a descendant;
+/// - never blocking the loop: the end is seen through a pidfd the loop watches (where the kernel
+///   has none, waitpid(WNOHANG) every 100 ms); every end is reported (`onOutcome`) with its exit
+///   status.
 public final class Dispatcher {
     public enum Result: Sendable, Hashable, CustomStringConvertible {
         case exited(Int32)
         case signaled(Int32)
-        /// Still running at the limit: its process group was killed.
+        /// Still running at the limit: it and everything it started were killed.
         case killedAtLimit
-        /// posix_spawn failed (errno).
+        /// Could not be started (errno of fork or execveat).
         case couldNotStart(Int32)
 
         public var description: String {
@@ -44,28 +64,47 @@ public final class Dispatcher {
         public var event: String
         public var result: Result
         public var duration: Duration
+        /// Lines of output past `maxOutputLines` (or after paird closed the pipe), not logged.
+        public var linesNotLogged = 0
+        /// Processes it left running (killed by the sweep at its end).
+        public var leftoversKilled = 0
     }
 
     public let directory: String
     public let timeout: Duration
     /// Owners a script may have: root, and the user paird runs as.
     public let allowedOwners: Set<uid_t>
+    /// Owners the directory may have: root, and the user paird runs as (a script owned by that
+    /// user may run anyway, so its directory gives nothing more).
+    public let directoryOwners: Set<uid_t>
     public static let maxQueued = 64
+    public static let maxOutputLines = 100
+    public static let maxLineBytes = 2048
+    public static let maxDiscardedBytes = 1 << 20
 
     /// Each script's end.
     public var onOutcome: ((Outcome) -> Void)?
-    /// A file passed over and why; `warning`: insecure (not owned by root, writable by others).
+    /// A file passed over and why; `warning`: insecure (a symlink, not owned by root, writable by others).
     public var onSkip: ((_ path: String, _ why: String, _ warning: Bool) -> Void)?
+    /// The directory is not safe: no script of it runs (once per alert).
+    public var onRefused: ((String) -> Void)?
+    /// A line of a script's output, cut and made terminal-safe.
+    public var onOutput: ((_ path: String, _ line: String) -> Void)?
     /// An alert dropped because the queue was full, or the directory could not be read.
     public var onProblem: ((String) -> Void)?
     /// Called when the queue ran empty (tests).
     public var onIdle: (() -> Void)?
 
+    struct Script {
+        var path: String
+        var fd: Int32
+    }
+
     struct Job {
         var event: String
         var argv: [String]
         var environment: [String]
-        var scripts: [String]?
+        var scripts: [Script]?
     }
 
     struct Running {
@@ -74,22 +113,40 @@ public final class Dispatcher {
         var event: String
         var startedAt: ContinuousClock.Instant
         var pidfd: Int32
+        var output: Int32
+        var outputWatch: IOWatch?
+        var pending: [UInt8] = []
+        var linesLogged = 0
+        var linesNotLogged = 0
+        var discarded = 0
         var watch: IOWatch?
         var limit: TimerHandle?
         var poll: TimerHandle?
         var killed = false
+        /// Set once the main process is reaped: the sweep of what it left runs, then the outcome.
+        var result: Result?
+        var sweepRounds = 0
+        var sweepTimer: TimerHandle?
+        var leftoversKilled = Set<pid_t>()
     }
 
     private let loop: EventLoop
     private var queue: [Job] = []
     private var running: Running?
+    /// Whether this process is a child subreaper: orphans of the scripts come back to it.
+    let adoptsOrphans: Bool
 
-    public init(directory: String, timeout: Duration, loop: EventLoop, allowedOwners: Set<uid_t>? = nil) {
+    public init(directory: String, timeout: Duration, loop: EventLoop, allowedOwners: Set<uid_t>? = nil, directoryOwners: Set<uid_t>? = nil) {
         self.directory = directory
         self.timeout = timeout
         self.loop = loop
         self.allowedOwners = allowedOwners ?? [0, geteuid()]
+        self.directoryOwners = directoryOwners ?? [0, geteuid()]
+        adoptsOrphans = Self.subreaper == 0
     }
+
+    /// PR_SET_CHILD_SUBREAPER, once per process (0, or its errno).
+    static let subreaper: Int32 = paird_set_child_subreaper()
 
     public var isIdle: Bool { running == nil && queue.isEmpty }
 
@@ -116,20 +173,40 @@ public final class Dispatcher {
             }
             queue[0].scripts!.removeFirst()
             start(script, queue[0])
+            close(script.fd)
         }
         if running == nil, queue.isEmpty { onIdle?() }
     }
 
     static let leftovers = ["~", ".dpkg-old", ".dpkg-new", ".dpkg-dist", ".dpkg-tmp", ".dpkg-bak", ".rpmsave", ".rpmnew", ".rpmorig", ".ucf-old", ".ucf-new", ".ucf-dist"]
 
-    /// The runnable scripts of the directory, sorted by name.
-    func listScripts() -> [String] {
-        guard let dir = opendir(directory) else {
+    /// The runnable scripts of the directory, sorted by name, each open (O_PATH) and checked on
+    /// that descriptor.
+    func listScripts() -> [Script] {
+        let dirfd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard dirfd >= 0 else {
             let e = errno
             if e != ENOENT { onProblem?("dispatcher: cannot read \(directory): \(String(cString: strerror(e)))") }
             return []
         }
-        defer { closedir(dir) }
+        defer { close(dirfd) }
+        var dst = stat()
+        guard fstat(dirfd, &dst) == 0 else {
+            onProblem?("dispatcher: cannot stat \(directory): \(String(cString: strerror(errno)))")
+            return []
+        }
+        guard directoryOwners.contains(dst.st_uid) else {
+            onRefused?("dispatcher: \(directory) is not owned by root (owner uid \(dst.st_uid)): none of its scripts is run; chown root \(directory)")
+            return []
+        }
+        guard dst.st_mode & (S_IWGRP | S_IWOTH) == 0 else {
+            onRefused?("dispatcher: \(directory) is writable by group or others (mode \(String(dst.st_mode & 0o7777, radix: 8))): none of its scripts is run; chmod go-w \(directory)")
+            return []
+        }
+        guard let dir = fdopendir(dup(dirfd)) else {
+            onProblem?("dispatcher: cannot read \(directory): \(String(cString: strerror(errno)))")
+            return []
+        }
         var names: [String] = []
         while let entry = readdir(dir) {
             let name = withUnsafePointer(to: &entry.pointee.d_name) {
@@ -138,62 +215,161 @@ public final class Dispatcher {
             if name.hasPrefix(".") || Self.leftovers.contains(where: { name.hasSuffix($0) }) { continue }
             names.append(name)
         }
+        closedir(dir)
         names.sort { Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8)) }
-        var scripts: [String] = []
+        var scripts: [Script] = []
         for name in names {
             let path = directory.hasSuffix("/") ? directory + name : directory + "/" + name
+            let fd = paird_open_path_nofollow(dirfd, name)
+            guard fd >= 0 else { onSkip?(path, "cannot open: \(String(cString: strerror(errno)))", true); continue }
             var st = stat()
-            guard stat(path, &st) == 0 else { onSkip?(path, "cannot stat: \(String(cString: strerror(errno)))", true); continue }
-            guard (st.st_mode & S_IFMT) == S_IFREG else { onSkip?(path, "not a regular file", false); continue }
-            guard st.st_mode & S_IXUSR != 0 else { onSkip?(path, "not executable", false); continue }
-            guard allowedOwners.contains(st.st_uid) else {
-                onSkip?(path, "not owned by root (owner uid \(st.st_uid)): not run", true)
+            guard fstat(fd, &st) == 0 else { onSkip?(path, "cannot stat: \(String(cString: strerror(errno)))", true); close(fd); continue }
+            let why: (String, Bool)?
+            if (st.st_mode & S_IFMT) == S_IFLNK {
+                why = ("a symbolic link: not run (put the script itself in \(directory))", true)
+            } else if (st.st_mode & S_IFMT) != S_IFREG {
+                why = ("not a regular file", false)
+            } else if st.st_mode & S_IXUSR == 0 {
+                why = ("not executable", false)
+            } else if !allowedOwners.contains(st.st_uid) {
+                why = ("not owned by root (owner uid \(st.st_uid)): not run", true)
+            } else if st.st_mode & (S_IWGRP | S_IWOTH) != 0 {
+                why = ("writable by group or others: not run", true)
+            } else {
+                why = nil
+            }
+            if let why {
+                onSkip?(path, why.0, why.1)
+                close(fd)
                 continue
             }
-            guard st.st_mode & (S_IWGRP | S_IWOTH) == 0 else {
-                onSkip?(path, "writable by group or others: not run", true)
-                continue
-            }
-            scripts.append(path)
+            scripts.append(Script(path: path, fd: fd))
         }
         return scripts
     }
 
-    private func start(_ path: String, _ job: Job) {
+    private func start(_ script: Script, _ job: Job) {
+        let path = script.path
         let began = loop.now()
-        let spawned = Self.spawn(path, argv: [path] + job.argv, environment: job.environment)
-        guard case .success(let pid) = spawned else {
+        let spawned = Self.spawn(script.fd, argv: [path] + job.argv, environment: job.environment)
+        guard case .success(let (pid, output)) = spawned else {
             if case .failure(let e) = spawned {
                 onOutcome?(Outcome(path: path, event: job.event, result: .couldNotStart(e.errno), duration: .zero))
             }
             return
         }
-        var r = Running(pid: pid, path: path, event: job.event, startedAt: began, pidfd: Self.pidfdOpen(pid))
+        var r = Running(pid: pid, path: path, event: job.event, startedAt: began, pidfd: Self.pidfdOpen(pid), output: output)
         if r.pidfd >= 0 {
             r.watch = loop.watch(fd: r.pidfd, events: .read) { [unowned self] _ in reap() }
         } else {
             r.poll = schedulePoll()
         }
+        r.outputWatch = loop.watch(fd: output, events: .read) { [unowned self] _ in readOutput() }
         r.limit = loop.schedule(after: timeout) { [unowned self] in
-            guard let pid = running?.pid else { return }
+            guard running?.pid == pid, running?.result == nil else { return }
             running?.killed = true
             kill(-pid, SIGKILL)
-            kill(pid, SIGKILL) // should it have left its group
+            // Everything it started, now; its end (the pidfd) brings the sweep until none is left.
+            sweep(includingMain: true)
         }
         running = r
     }
 
     private func schedulePoll() -> TimerHandle {
         loop.schedule(after: .milliseconds(100)) { [unowned self] in
-            guard running != nil else { return }
+            guard running != nil, running?.result == nil else { return }
             if !reap() { running?.poll = schedulePoll() }
         }
     }
 
-    /// Collects the running script's exit, if it has ended; then starts the next.
+    // MARK: - Output
+
+    /// Reads what the pipe has (one read per call: the loop calls again while there is more).
+    private func readOutput() {
+        guard let fd = running?.output, fd >= 0 else { return }
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        if n < 0 {
+            if errno == EAGAIN || errno == EINTR { return }
+            closeOutput()
+            return
+        }
+        if n == 0 {
+            closeOutput()
+            return
+        }
+        take(buffer[0..<n])
+    }
+
+    /// Splits into lines; logs the first `maxOutputLines`; counts and drops the rest.
+    private func take(_ bytes: ArraySlice<UInt8>) {
+        guard var r = running else { return }
+        if r.linesLogged >= Self.maxOutputLines {
+            // A partial line left from before is counted with its newline, here.
+            r.pending = []
+            r.linesNotLogged += bytes.reduce(0) { $0 + ($1 == 0x0a ? 1 : 0) }
+            r.discarded += bytes.count
+            running = r
+            if r.discarded > Self.maxDiscardedBytes { closeOutput() }
+            return
+        }
+        r.pending += bytes
+        running = r
+        while let nl = running!.pending.firstIndex(of: 0x0a) {
+            let line = Array(running!.pending[..<nl])
+            running!.pending.removeSubrange(...nl)
+            emit(line)
+        }
+        while running!.pending.count > Self.maxLineBytes {
+            // A line without end: its first part now, the rest as further lines.
+            let line = Array(running!.pending.prefix(Self.maxLineBytes))
+            running!.pending.removeFirst(line.count)
+            emit(line)
+        }
+    }
+
+    private func emit(_ bytes: [UInt8]) {
+        guard running != nil else { return }
+        if running!.linesLogged >= Self.maxOutputLines {
+            running!.linesNotLogged += 1
+            return
+        }
+        running!.linesLogged += 1
+        var text = String(decoding: bytes.prefix(Self.maxLineBytes), as: UTF8.self).terminalSafe
+        if bytes.count > Self.maxLineBytes { text += "…" }
+        onOutput?(running!.path, text)
+    }
+
+    private func closeOutput() {
+        guard let r = running, r.output >= 0 else { return }
+        r.outputWatch?.cancel()
+        close(r.output)
+        running?.output = -1
+        running?.outputWatch = nil
+    }
+
+    /// What is left in the pipe once the run is over (non-blocking reads), then closes it.
+    private func drainOutput() {
+        guard let fd = running?.output, fd >= 0 else { return }
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while running?.output ?? -1 >= 0 {
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n <= 0 { break }
+            take(buffer[0..<n])
+        }
+        if let rest = running?.pending, !rest.isEmpty {
+            running?.pending = []
+            emit(rest)
+        }
+        closeOutput()
+    }
+
+    // MARK: - The end
+
+    /// Collects the running script's exit, if it has ended; then sweeps what it left.
     @discardableResult
     private func reap() -> Bool {
-        guard let r = running else { return true }
+        guard let r = running, r.result == nil else { return true }
         var status: Int32 = 0
         let rc = waitpid(r.pid, &status, WNOHANG)
         if rc == 0 { return false }
@@ -209,47 +385,131 @@ public final class Dispatcher {
         }
         r.watch?.cancel()
         if r.pidfd >= 0 { close(r.pidfd) }
-        r.limit?.cancel()
         r.poll?.cancel()
-        running = nil
-        onOutcome?(Outcome(path: r.path, event: r.event, result: result, duration: r.startedAt.duration(to: loop.now())))
-        // The next one from the loop, not from inside this callback (a watch being cancelled).
-        loop.enqueue { [unowned self] in if running == nil { next() } }
+        r.limit?.cancel()
+        running?.limit = nil
+        running?.watch = nil
+        running?.pidfd = -1
+        running?.poll = nil
+        running?.result = result
+        // The sweep from the loop, not from inside this callback (a watch being cancelled).
+        let pid = r.pid
+        loop.enqueue { [unowned self] in if running?.pid == pid { sweep(includingMain: false) } }
         return true
+    }
+
+    /// Kills (SIGKILL) and reaps everything the script started: the descendants of its main
+    /// process, and the orphans paird adopted as a subreaper. Again every 10 ms until none is
+    /// left (at most 5 s); then the outcome.
+    private func sweep(includingMain: Bool) {
+        guard let r = running else { return }
+        let me = getpid()
+        let table = Self.processTable()
+        var roots: [pid_t] = []
+        if includingMain || r.result == nil { roots.append(r.pid) }
+        // paird starts no process but the scripts, one at a time: any other child of its is an
+        // orphan a script left (reparented to paird, its subreaper).
+        if adoptsOrphans { roots += table.filter { $0.value.ppid == me && $0.key != r.pid }.map(\.key) }
+        var children: [pid_t: [pid_t]] = [:]
+        for (pid, p) in table { children[p.ppid, default: []].append(pid) }
+        var family = Set<pid_t>()
+        var todo = roots
+        while let p = todo.popLast() {
+            guard family.insert(p).inserted else { continue }
+            todo += children[p] ?? []
+        }
+        var left = 0
+        for pid in family {
+            guard let p = table[pid] else { continue }
+            if p.state == "Z" {
+                // Ours to reap (not the main process, which reap() collects).
+                if p.ppid == me, pid != r.pid { var st: Int32 = 0; waitpid(pid, &st, WNOHANG) }
+                else { left += 1 }
+                continue
+            }
+            kill(pid, SIGKILL)
+            if pid != r.pid { running?.leftoversKilled.insert(pid) }
+            left += 1
+        }
+        // At the limit, before the main process's end: that end (its pidfd) brings the sweep again.
+        guard r.result != nil else { return }
+        running?.sweepRounds += 1
+        if left > 0 && running!.sweepRounds < 500 {
+            let pid = r.pid
+            running?.sweepTimer = loop.schedule(after: .milliseconds(10)) { [unowned self] in
+                if running?.pid == pid { sweep(includingMain: false) }
+            }
+            return
+        }
+        if left > 0 {
+            onProblem?("dispatcher: \(r.path): \(left) processes it started are still there after 5 s of SIGKILL")
+        }
+        finish()
+    }
+
+    private func finish() {
+        drainOutput()
+        guard let r = running, let result = r.result else { return }
+        r.sweepTimer?.cancel()
+        running = nil
+        onOutcome?(Outcome(path: r.path, event: r.event, result: result, duration: r.startedAt.duration(to: loop.now()),
+                           linesNotLogged: r.linesNotLogged, leftoversKilled: r.leftoversKilled.count))
+        loop.enqueue { [unowned self] in if running == nil { next() } }
+    }
+
+    struct Process { var ppid: pid_t; var state: Character }
+
+    /// /proc/PID/stat of every process this user may see: its parent and its state.
+    static func processTable() -> [pid_t: Process] {
+        guard let dir = opendir("/proc") else { return [:] }
+        defer { closedir(dir) }
+        var table: [pid_t: Process] = [:]
+        while let entry = readdir(dir) {
+            let name = withUnsafePointer(to: &entry.pointee.d_name) {
+                String(cString: UnsafeRawPointer($0).assumingMemoryBound(to: CChar.self))
+            }
+            guard let pid = pid_t(name) else { continue }
+            let fd = open("/proc/\(name)/stat", O_RDONLY | O_CLOEXEC)
+            guard fd >= 0 else { continue }
+            var buffer = [UInt8](repeating: 0, count: 1024)
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            close(fd)
+            guard n > 0, let close = buffer[0..<n].lastIndex(of: UInt8(ascii: ")")) else { continue }
+            let fields = buffer[(close + 1)..<n].split(separator: UInt8(ascii: " "))
+            guard fields.count > 1, let ppid = pid_t(String(decoding: fields[1], as: UTF8.self)) else { continue }
+            table[pid] = Process(ppid: ppid, state: Character(UnicodeScalar(fields[0].first ?? 0x3f)))
+        }
+        return table
     }
 
     struct SpawnError: Error { var errno: Int32 }
 
-    /// posix_spawn in a new process group, with the signal mask emptied and every signal's
-    /// disposition at its default (paird blocks the ones its loop reads, and libdbus ignores
-    /// SIGPIPE: a script must not inherit either), stdin from /dev/null.
-    static func spawn(_ path: String, argv: [String], environment: [String]) -> Swift.Result<pid_t, SpawnError> {
-        var attr = posix_spawnattr_t()
-        posix_spawnattr_init(&attr)
-        defer { posix_spawnattr_destroy(&attr) }
-        var empty = sigset_t()
-        sigemptyset(&empty)
-        var all = sigset_t()
-        sigfillset(&all)
-        posix_spawnattr_setsigmask(&attr, &empty)
-        posix_spawnattr_setsigdefault(&attr, &all)
-        posix_spawnattr_setpgroup(&attr, 0)
-        posix_spawnattr_setflags(&attr, Int16(POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-
+    /// Runs the checked descriptor (`paird_spawn_fd`): its own process group, the signal mask
+    /// emptied and every signal's disposition at its default (paird blocks the ones its loop
+    /// reads, and libdbus ignores SIGPIPE: a script must not inherit either), stdin from
+    /// /dev/null, stdout and stderr a pipe whose read end (non-blocking) is returned.
+    static func spawn(_ fd: Int32, argv: [String], environment: [String]) -> Swift.Result<(pid_t, Int32), SpawnError> {
+        let null = open("/dev/null", O_RDONLY | O_CLOEXEC)
+        guard null >= 0 else { return .failure(SpawnError(errno: errno)) }
+        defer { close(null) }
+        var pipe: [Int32] = [-1, -1]
+        guard paird_pipe_cloexec(&pipe) == 0 else { return .failure(SpawnError(errno: errno)) }
         let cArgs = argv.map { strdup($0) }
         let cEnv = environment.map { strdup($0) }
         defer { (cArgs + cEnv).forEach { free($0) } }
-        var pid: pid_t = 0
-        let rc = (cArgs + [nil]).withUnsafeBufferPointer { a in
+        var err: Int32 = 0
+        let pid = (cArgs + [nil]).withUnsafeBufferPointer { a in
             (cEnv + [nil]).withUnsafeBufferPointer { e in
-                posix_spawn(&pid, path, &actions, &attr, a.baseAddress!, e.baseAddress!)
+                paird_spawn_fd(fd, a.baseAddress!, e.baseAddress!, null, pipe[1], &err)
             }
         }
-        return rc == 0 ? .success(pid) : .failure(SpawnError(errno: rc))
+        close(pipe[1])
+        guard pid > 0 else {
+            close(pipe[0])
+            return .failure(SpawnError(errno: err))
+        }
+        _ = fcntl(pipe[0], F_SETFL, fcntl(pipe[0], F_GETFL) | O_NONBLOCK)
+        return .success((pid, pipe[0]))
     }
 
     private typealias PidfdOpen = @convention(c) (pid_t, UInt32) -> Int32

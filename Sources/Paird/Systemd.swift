@@ -110,6 +110,32 @@ public final class Log: @unchecked Sendable {
         return line
     }
 
+    /// A line of a dispatcher script's output, at info, under its own `SYSLOG_IDENTIFIER`
+    /// (`paird-dispatch-NAME`). The line must already be `terminalSafe` (the `Dispatcher` makes it
+    /// so; not escaped again here, or its backslashes would double): in the journal it is the
+    /// MESSAGE field (a `<0>` in it is text), on stderr it follows the identifier, so it never
+    /// starts a line (no priority prefix a reader could take for one).
+    public func scriptOutput(identifier: String, _ line: String, fields: KeyValuePairs<String, String> = [:]) {
+        guard Priority.info.rawValue <= minimumPriority.rawValue else { return }
+        if toJournal {
+            var entries = ["MESSAGE=\(line)", "PRIORITY=\(Priority.info.rawValue)", "SYSLOG_IDENTIFIER=\(identifier)"]
+            for (k, v) in fields { entries.append("\(k)=\(v)") }
+            Log.sendv(entries)
+        } else {
+            writeAll(2, "\(identifier): \(line)\n")
+        }
+    }
+
+    /// `paird-dispatch-` and the script's name, with anything but letters, digits, `.`, `_` and
+    /// `-` made `_` (an identifier is one word; at most 64 bytes).
+    public static func scriptIdentifier(_ path: String) -> String {
+        let name = path.split(separator: "/").last.map(String.init) ?? path
+        let word = String(name.unicodeScalars.prefix(48).map { s -> Character in
+            (s.isASCII && (s.properties.isAlphabetic || ("0"..."9").contains(s) || "._-".unicodeScalars.contains(s))) ? Character(s) : "_"
+        })
+        return "paird-dispatch-" + word
+    }
+
     public func error(_ m: String) { log(.error, m) }
     public func warning(_ m: String) { log(.warning, m) }
     public func info(_ m: String) { log(.info, m) }

@@ -28,7 +28,9 @@ struct AlertsIntegrationTests {
         let out = host.dir.appendingPathComponent("ran").path
         try FileManager.default.createDirectory(at: hooks, withIntermediateDirectories: true)
         let script = hooks.appendingPathComponent("50-record").path
-        try "#!/bin/sh\necho \"$1 $2 $PAIRD_EVENT $PAIRD_DEVICE $PAIRD_NAME $PAIRD_DURATION $PAIRD_THRESHOLD\" >> \(out)\n"
+        // Its output: a line that would be an emergency-priority line of paird's, were the
+        // script's stdout paird's journal stream.
+        try "#!/bin/sh\necho \"$1 $2 $PAIRD_EVENT $PAIRD_DEVICE $PAIRD_NAME $PAIRD_DURATION $PAIRD_THRESHOLD\" >> \(out)\nprintf 'seen\\n<0>emergency %s\\033[8m\\n' \"$PAIRD_NAME\"\n"
             .write(toFile: script, atomically: false, encoding: .utf8)
         chmod(script, 0o755)
         try "[Health]\nFirstDataTimeout = 0\n[Alerts]\nAwayLongerThan = 10s\nDispatcherDir = \(hooks.path)\nDispatcherTimeout = 5s\n"
@@ -70,6 +72,9 @@ struct AlertsIntegrationTests {
         #expect(log.components(separatedBy: "Watch (\(watch)): away for ").count == 2, "one journal entry for the watch's absence: \(log)")
         #expect(log.components(separatedBy: "Band (\(band)): away for ").count == 2, "one journal entry for the band's absence: \(log)")
         #expect(log.components(separatedBy: outcome).count == 3, "the script ran twice: \(log)")
+        // Its output under its own identifier, one line each, the `<0>` as text.
+        #expect(log.components(separatedBy: "paird-dispatch-50-record: <0>emergency Watch\\x1b[8m\n").count == 2, "the script's line under its identifier: \(log)")
+        #expect(!log.split(separator: "\n").contains { $0.hasPrefix("<") }, "no line of paird's stderr starts with a priority: \(log)")
         try host.stopPaird()
     }
 }
