@@ -33,10 +33,11 @@ import Glibc
 /// - each in a process group of its own; at `timeout` everything it started is killed, a child
 ///   that called `setsid` included: paird is a child subreaper (PR_SET_CHILD_SUBREAPER), so what a
 ///   script leaves behind is reparented to paird, not to init, and a sweep of /proc kills
-///   (SIGKILL) the script and every process descending from it or adopted by paird, and reaps
-///   them, until none is left. The same sweep runs when a script exits: nothing it started
-///   outlives its run. What escapes: what another service starts on a script's request
-///   (`systemd-run`, at(1), D-Bus activation), which is not a descendant;
+///   (SIGKILL) the script and every process descending from it or adopted by paird and carrying
+///   the run's `PAIRD_DISPATCH_RUN`, and reaps them, until none is left. The same sweep runs when
+///   a script exits: nothing it started outlives its run. What escapes: what another service
+///   starts on a script's request (`systemd-run`, at(1), D-Bus activation), which is not a
+///   descendant, and an orphan whose environment was emptied (`env -i`);
 /// - never blocking the loop: the end is seen through a pidfd the loop watches (where the kernel
 ///   has none, waitpid(WNOHANG) every 100 ms); every end is reported (`onOutcome`) with its exit
 ///   status.
@@ -128,11 +129,16 @@ public final class Dispatcher {
         var sweepRounds = 0
         var sweepTimer: TimerHandle?
         var leftoversKilled = Set<pid_t>()
+        /// `PAIRD_DISPATCH_RUN`'s value in this run's environment: an adopted orphan is this run's
+        /// only if it still carries it (`sweep`).
+        var token: String
     }
 
     private let loop: EventLoop
     private var queue: [Job] = []
     private var running: Running?
+    /// Script runs started so far (each run's `PAIRD_DISPATCH_RUN`).
+    private var runs = 0
     /// Whether this process is a child subreaper: orphans of the scripts come back to it.
     let adoptsOrphans: Bool
 
@@ -251,14 +257,16 @@ public final class Dispatcher {
     private func start(_ script: Script, _ job: Job) {
         let path = script.path
         let began = loop.now()
-        let spawned = Self.spawn(script.fd, argv: [path] + job.argv, environment: job.environment)
+        runs += 1
+        let token = "\(getpid()).\(runs)"
+        let spawned = Self.spawn(script.fd, argv: [path] + job.argv, environment: job.environment + ["PAIRD_DISPATCH_RUN=\(token)"])
         guard case .success(let (pid, output)) = spawned else {
             if case .failure(let e) = spawned {
                 onOutcome?(Outcome(path: path, event: job.event, result: .couldNotStart(e.errno), duration: .zero))
             }
             return
         }
-        var r = Running(pid: pid, path: path, event: job.event, startedAt: began, pidfd: Self.pidfdOpen(pid), output: output)
+        var r = Running(pid: pid, path: path, event: job.event, startedAt: began, pidfd: Self.pidfdOpen(pid), output: output, token: token)
         if r.pidfd >= 0 {
             r.watch = loop.watch(fd: r.pidfd, events: .read) { [unowned self] _ in reap() }
         } else {
@@ -407,9 +415,15 @@ public final class Dispatcher {
         let table = Self.processTable()
         var roots: [pid_t] = []
         if includingMain || r.result == nil { roots.append(r.pid) }
-        // paird starts no process but the scripts, one at a time: any other child of its is an
-        // orphan a script left (reparented to paird, its subreaper).
-        if adoptsOrphans { roots += table.filter { $0.value.ppid == me && $0.key != r.pid }.map(\.key) }
+        // An orphan a script left is reparented to paird (its subreaper); it is this run's if it
+        // still carries the run's PAIRD_DISPATCH_RUN (whatever else paird's process runs, a test
+        // binary's other children for one, is left alone; a script that empties the environment
+        // of what it leaves behind escapes: docs/reference.md).
+        if adoptsOrphans {
+            // (one killed already is a zombie with no environment left to read: still ours to reap)
+            roots += table.filter { $0.value.ppid == me && $0.key != r.pid
+                && (r.leftoversKilled.contains($0.key) || Self.carries($0.key, "PAIRD_DISPATCH_RUN=\(r.token)")) }.map(\.key)
+        }
         var children: [pid_t: [pid_t]] = [:]
         for (pid, p) in table { children[p.ppid, default: []].append(pid) }
         var family = Set<pid_t>()
@@ -458,6 +472,22 @@ public final class Dispatcher {
     }
 
     struct Process { var ppid: pid_t; var state: Character }
+
+    /// Whether /proc/PID/environ holds `entry` (the environment it started with).
+    static func carries(_ pid: pid_t, _ entry: String) -> Bool {
+        let fd = open("/proc/\(pid)/environ", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var data: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while data.count < 1 << 20 {
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            guard n > 0 else { break }
+            data += buffer[0..<n]
+        }
+        let want = Array(entry.utf8)
+        return data.split(separator: 0).contains { $0.elementsEqual(want) }
+    }
 
     /// /proc/PID/stat of every process this user may see: its parent and its state.
     static func processTable() -> [pid_t: Process] {

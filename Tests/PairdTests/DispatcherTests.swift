@@ -304,6 +304,26 @@ struct DispatcherTests {
         if !Self.gone(pid) { kill(pid, SIGKILL) }
     }
 
+    @Test("the sweep leaves alone a child of paird's process that is no script's (a test binary's other children, say)")
+    func othersChildrenLeftAlone() throws {
+        let f = try Fixture()
+        let bystander = Process()
+        bystander.executableURL = URL(fileURLWithPath: "/bin/sleep")
+        bystander.arguments = ["60"]
+        try bystander.run()
+        defer { if bystander.isRunning { bystander.terminate() } }
+        try f.script("50-leave", """
+            setsid sh -c 'echo $$ > \(f.out)/left.tmp; mv \(f.out)/left.tmp \(f.out)/left; exec sleep 60' &
+            while [ ! -e \(f.out)/left ]; do sleep 0.05; done
+            exit 0
+            """)
+        let d = f.dispatcher(timeout: .seconds(60))
+        d.dispatch(event: "noData", environment: [:])
+        try f.runUntilIdle(d, limit: .seconds(60))
+        #expect(f.outcomes.first?.leftoversKilled == 1, "the script's own leftover killed")
+        #expect(bystander.isRunning && kill(bystander.processIdentifier, 0) == 0, "the bystander child still runs")
+    }
+
     @Test("a script that exits leaving a setsid child behind: the child is killed and reaped at the script's end")
     func setsidLeftoverKilledAtEnd() throws {
         let f = try Fixture()
