@@ -56,23 +56,27 @@ E2E_CI_CORE   ?= paird_pair paird_away paird_bluetoothd paird_restart paird_unpa
 ## own 6.1, the kernel most Debian 12 hosts run (Tests/testbed/fetch-kernel.sh fetches it into the bed
 ## cache once per machine; `newest`, unstable's, works the same way: E2E_KERNELS="6.1 newest").
 E2E_KERNELS     ?= 6.1
-E2E_KERNEL_CORE ?= paird_pair paird_away paird_restart paird_bluetoothd paird_bluetoothd_crash
+## paird_factory_reset: a reset wearable on 6.1 kills bluetoothd on each link (issue 49); its systemd-mode
+## and two-wearable forms (E2E_KERNEL_MORE) run in make e2e and e2e-all, not in CI (time).
+E2E_KERNEL_CORE ?= paird_pair paird_away paird_restart paird_bluetoothd paird_bluetoothd_crash paird_factory_reset
+E2E_KERNEL_MORE ?= paird_factory_reset_systemd paird_factory_reset_two
 E2E_KERNEL_RUNS  = $(foreach k,$(E2E_KERNELS),$(addprefix linux-$(k):,$(E2E_KERNEL_CORE)))
+E2E_KERNEL_ALL   = $(foreach k,$(E2E_KERNELS),$(addprefix linux-$(k):,$(E2E_KERNEL_CORE) $(E2E_KERNEL_MORE)))
 e2e: release deb bluez-builds
 	@if [ -n "$${BLUEZ:-}" ]; then exec Tests/testbed/e2e.sh; fi; \
-	Tests/testbed/e2e.sh --all $(foreach v,$(BLUEZ_VERSIONS),$(addprefix $(v):,$(E2E_CI_CORE))) $(E2E_KERNEL_RUNS)
+	Tests/testbed/e2e.sh --all $(foreach v,$(BLUEZ_VERSIONS),$(addprefix $(v):,$(E2E_CI_CORE))) $(E2E_KERNEL_ALL)
 
-## e2e-ci: what CI runs (`make test`): make e2e less E2E_CI_SKIP (paird_away_long, five minutes
+## e2e-ci: what CI runs (`make test`): make e2e less E2E_CI_SKIP (paird_factory_reset_systemd and _two; paird_away_long, five minutes
 ## away: docs/development.md, "What runs where"); one queue, E2E_JOBS VMs at a time (2), longest first; one
 ## summary with each run's time, the longest runs and the tier's share of CI's 90 minutes.
-E2E_CI_SKIP   ?= paird_away_long
+E2E_CI_SKIP   ?= paird_away_long paird_factory_reset_systemd paird_factory_reset_two
 e2e-ci: release deb bluez-builds
 	E2E_SKIP="$(E2E_CI_SKIP)" Tests/testbed/e2e.sh --all $(foreach v,$(BLUEZ_VERSIONS),$(addprefix $(v):,$(E2E_CI_CORE))) $(E2E_KERNEL_RUNS)
 
 ## e2e-all: everything make e2e runs, and the whole core subset (with paird_away_long, five
 ## minutes away) on each other version.
 e2e-all: release deb bluez-builds
-	Tests/testbed/e2e.sh --all $(foreach v,$(BLUEZ_VERSIONS),$(addprefix $(v):,$(E2E_CORE) $(E2E_VERSIONS_DIR)/paird_disconnect_reason.py $(E2E_VERSIONS_DIR)/paird_rpa_repair.py)) $(E2E_KERNEL_RUNS)
+	Tests/testbed/e2e.sh --all $(foreach v,$(BLUEZ_VERSIONS),$(addprefix $(v):,$(E2E_CORE) $(E2E_VERSIONS_DIR)/paird_disconnect_reason.py $(E2E_VERSIONS_DIR)/paird_rpa_repair.py)) $(E2E_KERNEL_ALL)
 
 ## e2e-versions: the core subset (pair, away and back, long away, bluetoothd restart, restart/adopt,
 ## unpair and pair again, passkey pairing, RPA wearable; Bumble wearables only) on each BlueZ version of BLUEZ_VERSIONS
