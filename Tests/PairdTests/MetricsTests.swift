@@ -192,11 +192,11 @@ struct MetricsTests {
         let dir = try tempDir()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let group = getgid()   // a group this process may give its files, whoever runs the tests
-        let f = MetricsTextfile(path: dir + "/paird.prom", mode: 0o644, group: group)
+        let f = MetricsTextfile(path: dir + "/paird.prom", mode: 0o600, group: group)
         #expect(try f.write(Array("a 1\n".utf8)))
         var st = stat()
         #expect(stat(f.path, &st) == 0)
-        #expect(st.st_mode & 0o777 == 0o644 && st.st_gid == group)
+        #expect(st.st_mode & 0o777 == 0o600 && st.st_gid == group)
         let (c, _) = try DaemonConfig.parse("[Metrics]\nTextfileMode=0600\nTextfileGroup=prometheus\n", file: "paird.conf")
         #expect(c.metricsTextfileMode == 0o600 && c.metricsTextfileGroup == "prometheus")
         #expect(DaemonConfig().metricsTextfileMode == 0o640)
