@@ -35,6 +35,9 @@ public struct DaemonConfig: Sendable, Equatable {
     /// `[Metrics] Interval`: the least time between two writes of the textfile.
     public var metricsInterval: Duration = Self.defaultMetricsInterval
     public static let defaultMetricsInterval = Duration.seconds(15)
+    /// `[Metrics] TextfileMode` and `TextfileGroup` (Config+Metrics.swift).
+    public var metricsTextfileMode: UInt32 = 0o640
+    public var metricsTextfileGroup = ""
     /// `[Alerts]`: the host's own alerts and their dispatcher (Config+Alerts.swift).
     public var alerts = AlertSettings()
 
@@ -173,6 +176,7 @@ public struct DaemonConfig: Sendable, Equatable {
                 }
                 c.metricsTextfile = value
             case ("Metrics", "Interval"): c.metricsInterval = try seconds(1...3600)
+            case ("Metrics", "TextfileMode"), ("Metrics", "TextfileGroup"): try c.parseTextfileKey(key, value, fail: fail)
             case ("Alerts", _):
                 try c.parseAlertKey(key, value, fail: fail)
                 if key == "BatteryLow" || key == "BatteryHysteresis" { batteryLine = lineNo }
@@ -207,7 +211,7 @@ public struct DaemonConfig: Sendable, Equatable {
         "Health": ["FirstDataTimeout", "SilencePeriods", "SilenceMinimum", "ProbeTimeout", "ResubscribesPerLink"],
         "Sleep": ["ResumeDeadlineFloor", "ResumeDeadlineCeiling", "ResumePowerCycles"],
         "History": ["MaxAgeDays", "MaxRecords", "BatteryStep", "BatteryInterval"],
-        "Metrics": ["Textfile", "Interval"],
+        "Metrics": ["Textfile", "Interval", "TextfileMode", "TextfileGroup"],
         "Alerts": ["BatteryLow", "BatteryHysteresis", "AwayLongerThan", "NoDataFor", "DispatcherDir", "DispatcherTimeout"],
     ]
 

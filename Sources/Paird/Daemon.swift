@@ -184,7 +184,13 @@ public final class Daemon {
     /// its bus name.
     func openMetrics() {
         guard !config.metricsTextfile.isEmpty else { return }
-        let m = MetricsExporter(path: config.metricsTextfile, interval: config.metricsInterval, loop: loop)
+        var group: gid_t?
+        if !config.metricsTextfileGroup.isEmpty {
+            group = CallerCheck.gid(of: config.metricsTextfileGroup)
+            if group == nil { log.error("[Metrics] TextfileGroup: no group \(config.metricsTextfileGroup); the textfile keeps paird's group") }
+        }
+        let m = MetricsExporter(path: config.metricsTextfile, interval: config.metricsInterval, loop: loop,
+                                mode: mode_t(config.metricsTextfileMode), group: group)
         m.log = { [unowned self] error in
             if let error {
                 log.error("could not write the metrics textfile: \(error); tried again at the next change")

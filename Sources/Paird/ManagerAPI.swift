@@ -2,9 +2,18 @@ import BlueZ
 import DBus
 import BuildInfo
 import PairingCore
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+#if canImport(Glibc)
+import Glibc
+#endif
 
-/// `org.paird1.Manager1` at `/org/paird1`: what pairctl talks to. Who may call what is the D-Bus
-/// policy's job (etc/dbus-1/system.d/org.paird1.conf); this validates arguments, asks the machine
+/// `org.paird1.Manager1` at `/org/paird1`: what pairctl talks to. Who may call what: the D-Bus
+/// policy (etc/dbus-1/system.d/org.paird1.conf) and paird's own check of the caller (`CallerCheck`,
+/// through `whenPrivileged`), so a permissive policy file alone opens nothing; this validates arguments, asks the machine
 /// whether it takes the request (`PairingMachine.refusal(of:)`), and feeds it as a user event.
 final class ManagerAPI {
     /// What the API needs of the daemon: a feed into the machine and sources for the status.
@@ -35,6 +44,12 @@ final class ManagerAPI {
     private var pendingPair: MethodContext?
     /// `Unpair` calls waiting for BlueZ's `RemoveDevice` to finish.
     private var pendingUnpairs: [DeviceAddress: [MethodContext]] = [:]
+    /// Each caller's verdict (`CallerCheck`), by unique bus name; dropped when the name leaves the bus.
+    private var callers: [String: Bool] = [:]
+    /// The group that may do everything (tests name another through `PAIRD_TEST_PRIVILEGED_GROUP`).
+    let privilegedGroup: String
+    /// Tests only: the uid paird takes every caller to have (the tests run as paird's own user).
+    private let testCallerUID: UInt32?
 
     /// BlueZ answered the `RemoveDevice` of an unpaired wearable (its object is gone, or BlueZ
     /// could not be asked): the `Unpair` calls for it are answered.
@@ -45,41 +60,58 @@ final class ManagerAPI {
     init(bus: DBusConnection, backend: Backend) {
         self.bus = bus
         self.backend = backend
+        let env = ProcessInfo.processInfo.environment
+        privilegedGroup = env["PAIRD_TEST_PRIVILEGED_GROUP"] ?? CallerCheck.defaultGroup
+        testCallerUID = env["PAIRD_TEST_CALLER_UID"].flatMap { UInt32($0) }
         let i = DBusInterface(PairdAPI.interface)
-        i.method("Pair", in: "a{sv}", out: "ss") { [unowned self] args, call in try pair(args, call) }
-        i.method("AnswerPasskey", in: "u") { [unowned self] args, call in
+        /// A method that changes something or reads wearable data: run only for a privileged caller.
+        func guarded(_ name: String, in signature: String = "", out: String = "", _ what: String,
+                     _ body: @escaping ([DBusValue], MethodContext) throws -> Void) {
+            i.method(name, in: signature, out: out) { [unowned self] args, call in
+                whenPrivileged(call, what) { ok in
+                    guard ok else { throw CallerCheck.refusal(what, group: self.privilegedGroup) }
+                    try body(args, call)
+                }
+            }
+        }
+        guarded("Pair", in: "a{sv}", out: "ss", "pairing") { [unowned self] args, call in try pair(args, call) }
+        guarded("AnswerPasskey", in: "u", "answering a pairing") { [unowned self] args, call in
             guard let k = args.first?.uint32, k <= 999_999 else {
                 throw DBusError(name: PairdAPI.Error.invalidArguments, message: "a passkey is 6 digits (0–999999)")
             }
             try answer(.passkey(k), call)
         }
-        i.method("AnswerConfirmation", in: "b") { [unowned self] args, call in
+        guarded("AnswerConfirmation", in: "b", "answering a pairing") { [unowned self] args, call in
             try answer(.confirm(args.first?.bool ?? false), call)
         }
-        i.method("CancelPairing") { [unowned self] _, call in
+        guarded("CancelPairing", "canceling a pairing") { [unowned self] _, call in
             try refuseIfNeeded(.userCancelPairing)
             backend.feed(.userCancelPairing)
             call.reply()
         }
-        i.method("Unpair", in: "s") { [unowned self] args, call in
+        guarded("Unpair", in: "s", "unpairing") { [unowned self] args, call in
             // Answered once BlueZ has removed the device (`unpairFinished`): a `pairctl pair` of
             // the same wearable right after starts from nothing.
             let a = try address(args)
             try submit(.userUnpair(a))
             pendingUnpairs[a, default: []].append(call)
         }
-        i.method("Connect", in: "s") { [unowned self] args, call in
+        guarded("Connect", in: "s", "connecting a wearable") { [unowned self] args, call in
             try submit(.userConnect(try address(args)))
             call.reply()
         }
-        i.method("Disconnect", in: "s") { [unowned self] args, call in
+        guarded("Disconnect", in: "s", "disconnecting a wearable") { [unowned self] args, call in
             try submit(.userDisconnect(try address(args)))
             call.reply()
         }
+        // Everyone gets the states; battery, last data and health checks only a privileged caller.
         i.method("GetStatus", out: "s") { [unowned self] _, call in
-            call.reply([.string(backend.status().json(pretty: false))])
+            whenPrivileged(call, "the full status") { ok in
+                let status = backend.status()
+                call.reply([.string((ok ? status : status.statesOnly()).json(pretty: false))])
+            }
         }
-        i.method("GetHistory", out: "h") { [unowned self] _, call in
+        guarded("GetHistory", out: "h", "the availability record (GetHistory)") { [unowned self] _, call in
             do {
                 call.reply([.unixFD(try backend.history())])
             } catch {
@@ -95,6 +127,41 @@ final class ManagerAPI {
         i.signal("Notification", signature: "ssay")
         i.signal("Battery", signature: "sy")
         object.add(i)
+    }
+
+    /// Runs `body` with the caller's verdict (`CallerCheck`), now when it is known, else once the
+    /// bus has given the caller's credentials. What `body` throws is the caller's answer.
+    func whenPrivileged(_ call: MethodContext, _ what: String, _ body: @escaping (Bool) throws -> Void) {
+        func run(_ ok: Bool) {
+            do { try body(ok) } catch let e as DBusError { call.fail(e) } catch { call.fail(DBusError.failed("\(error)")) }
+        }
+        let sender = call.sender
+        if let known = callers[sender] { return run(known) }
+        bus.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                 method: "GetConnectionCredentials", args: [.string(sender)], timeout: .seconds(5)) { [weak self] result in
+            guard let self else { return }
+            guard case .success(let values) = result, let found = values.first?.dictionary.flatMap({ CallerCheck.credentials($0) }) else {
+                return run(false)   // no credentials: not privileged (and not cached)
+            }
+            let uid = testCallerUID ?? found.uid
+            let groups = testCallerUID == nil ? (found.groups ?? CallerCheck.groups(of: uid)) : CallerCheck.groups(of: uid)
+            let ok = CallerCheck.isPrivileged(uid: uid, groups: groups, ownUID: UInt32(getuid()),
+                                              privilegedGID: CallerCheck.gid(of: privilegedGroup))
+            if callers.isEmpty { watchCallers() }
+            callers[sender] = ok
+            run(ok)
+        }
+    }
+
+    private var callersWatch: SignalSubscription?
+    /// Verdicts are dropped when their unique name leaves the bus (unique names are never reused).
+    private func watchCallers() {
+        guard callersWatch == nil else { return }
+        callersWatch = bus.onSignal(interface: "org.freedesktop.DBus", member: "NameOwnerChanged", path: "/org/freedesktop/DBus",
+                                    sender: "org.freedesktop.DBus") { [weak self] message in
+            guard let args = try? message.arguments(), args.count == 3, let name = args[0].string, args[2].string == "" else { return }
+            self?.callers[name] = nil
+        }
     }
 
     /// The status as properties, for D-Bus clients that watch rather than poll (`GetStatus` has

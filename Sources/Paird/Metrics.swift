@@ -309,15 +309,23 @@ public final class WearableMetrics {
 
 /// The textfile node_exporter's textfile collector reads (`[Metrics] Textfile`): written
 /// atomically (a temporary file in the same directory, fsync, rename, fsync of the directory),
-/// mode 0644 whatever paird's umask, and only when its bytes differ from the last written.
+/// with `mode` (`[Metrics] TextfileMode`, 0640: it holds battery levels) and `group`
+/// (`[Metrics] TextfileGroup`, nil: paird's own) whatever paird's umask, set on the temporary file
+/// before the rename, and only when its bytes differ from the last written.
 public final class MetricsTextfile {
     public let path: String
+    public let mode: mode_t
+    public let group: gid_t?
     /// What is in the file (nil: nothing written yet by this paird).
     public private(set) var written: [UInt8]?
     /// How many times the file was (re)written.
     public private(set) var writes = 0
 
-    public init(path: String) { self.path = path }
+    public init(path: String, mode: mode_t = 0o640, group: gid_t? = nil) {
+        self.path = path
+        self.mode = mode
+        self.group = group
+    }
 
     /// `.paird.prom.tmp` beside it: node_exporter reads only names ending in `.prom`.
     public var tmpPath: String {
@@ -331,11 +339,12 @@ public final class MetricsTextfile {
     public func write(_ bytes: [UInt8]) throws -> Bool {
         guard bytes != written else { return false }
         let tmp = tmpPath
-        let fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o644)
+        let fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o600)
         if fd < 0 { throw SystemError("create \(tmp)", errno) }
         do {
             defer { close(fd) }
-            if fchmod(fd, 0o644) != 0 { throw SystemError("chmod \(tmp)", errno) }
+            if let group, fchown(fd, uid_t.max, group) != 0 { throw SystemError("chgrp \(tmp) to gid \(group)", errno) }
+            if fchmod(fd, mode) != 0 { throw SystemError("chmod \(tmp)", errno) }
             var off = 0
             while off < bytes.count {
                 let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + off, $0.count - off) }
@@ -375,8 +384,8 @@ public final class MetricsExporter {
     public private(set) var error: String?
     public var log: (_ error: String?) -> Void = { _ in }
 
-    public init(path: String, interval: Duration, loop: EventLoop) {
-        file = MetricsTextfile(path: path)
+    public init(path: String, interval: Duration, loop: EventLoop, mode: mode_t = 0o640, group: gid_t? = nil) {
+        file = MetricsTextfile(path: path, mode: mode, group: group)
         self.interval = interval
         self.loop = loop
         model.onChange = { [unowned self] in scheduleWrite() }

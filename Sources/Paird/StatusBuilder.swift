@@ -62,3 +62,17 @@ extension StatusDocument {
                   host: .init(asleep: machine.host.asleep, lastSleep: sleep))
     }
 }
+
+extension StatusDocument {
+    /// What a caller who is neither root nor in the privileged group sees (issue 43): the states,
+    /// without the wearables' data (battery, last data, the link-health check that follows it).
+    func statesOnly() -> StatusDocument {
+        var d = self
+        for k in d.devices.indices {
+            d.devices[k].battery = nil
+            d.devices[k].lastData = nil
+            d.devices[k].health = nil
+        }
+        return d
+    }
+}

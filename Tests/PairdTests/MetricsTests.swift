@@ -159,20 +159,20 @@ struct MetricsTests {
         return dir
     }
 
-    @Test("the textfile: written atomically (no temporary file left), mode 0644 whatever the umask, rewritten only when its bytes change")
+    @Test("the textfile: written atomically (no temporary file left), mode 0640 by default whatever the umask, rewritten only when its bytes change")
     func textfileWrites() throws {
         let dir = try tempDir()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let f = MetricsTextfile(path: dir + "/paird.prom")
         #expect(f.tmpPath == dir + "/.paird.prom.tmp", "node_exporter reads only *.prom")
         // A temporary file a crash left, mode 0600 (paird's UMask=0077 makes every new file so):
-        // the file node_exporter's user reads is 0644 all the same (umask is the process's, not
+        // the file is 0640 all the same (it holds battery levels: not for every user) (umask is the process's, not
         // changed here: the other suites run meanwhile).
         #expect(FileManager.default.createFile(atPath: f.tmpPath, contents: Data("torn".utf8), attributes: [.posixPermissions: 0o600]))
         #expect(try f.write(Array("a 1\n".utf8)))
         var st = stat()
         #expect(stat(f.path, &st) == 0)
-        #expect(st.st_mode & 0o777 == 0o644)
+        #expect(st.st_mode & 0o777 == 0o640)
         let inode = st.st_ino
         #expect(try !f.write(Array("a 1\n".utf8)), "the same bytes: not written")
         #expect(stat(f.path, &st) == 0 && st.st_ino == inode)
@@ -185,6 +185,22 @@ struct MetricsTests {
         // A directory it cannot create in: an error, nothing left behind, the old file kept.
         let g = MetricsTextfile(path: dir + "/missing/paird.prom")
         #expect(throws: SystemError.self) { try g.write(Array("x 1\n".utf8)) }
+    }
+
+    @Test("the textfile's mode and group are settings ([Metrics] TextfileMode, TextfileGroup), applied at each write")
+    func textfileModeAndGroup() throws {
+        let dir = try tempDir()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let group = getgid()   // a group this process may give its files, whoever runs the tests
+        let f = MetricsTextfile(path: dir + "/paird.prom", mode: 0o600, group: group)
+        #expect(try f.write(Array("a 1\n".utf8)))
+        var st = stat()
+        #expect(stat(f.path, &st) == 0)
+        #expect(st.st_mode & 0o777 == 0o600 && st.st_gid == group)
+        let (c, _) = try DaemonConfig.parse("[Metrics]\nTextfileMode=0600\nTextfileGroup=prometheus\n", file: "paird.conf")
+        #expect(c.metricsTextfileMode == 0o600 && c.metricsTextfileGroup == "prometheus")
+        #expect(DaemonConfig().metricsTextfileMode == 0o640)
+        #expect(throws: DaemonConfig.Error.self) { try DaemonConfig.parse("[Metrics]\nTextfileMode=0666\n", file: "paird.conf") }
     }
 
     @Test("the exporter: the first change is written at once, later ones at most once per Interval, an idle model writes nothing")
