@@ -137,7 +137,10 @@ def main():
     w = Wearable.start(name="Pulse-1", battery=87)
     p = Paird()
     p.write_config("[Health]\nSilencePeriods = 2\nSilenceMinimum = 1\nProbeTimeout = 2\n"
-                   "[Alerts]\nBatteryLow = 15\nBatteryHysteresis = 5\n")
+                   "[Alerts]\nBatteryLow = 15\nBatteryHysteresis = 5\n"
+                   # every battery level a line: the day's drain and the kill -9 part's writes
+                   # (paird's default records a change of 5 % at most every 10 min)
+                   "[History]\nBatteryStep = 1\nBatteryInterval = 0\n")
     with step("paird up, the strap paired and connected; the strap's clock calibrated"):
         p.start()
         pair_wearable(p)
