@@ -9,6 +9,9 @@ notifications (BED_X_WINDOW seconds, default 20: the watch notifies heart rate o
 and no Notification, Battery or PairingProgress. The same program in the bluetooth group
 receives Notification and Battery (broadcast) but no PairingProgress (unicast to the caller of
 Pair); `pairctl watch` as root and as a member of the bluetooth group prints notifications.
+Issue 43: as nobody, `pairctl status --json` shows the states but no battery or last data, and
+`pairctl history` is refused; with a permissive policy file dropped in (every user may call
+org.paird1), `pairctl disconnect` and `history` as nobody are still refused, by paird itself.
 The policy is the repository's (Paird.install copies it): run with BED_REPO (and PAIRD_BIN /
 PAIRCTL_BIN) of an older tree to see the listener receive everything."""
 import json
@@ -119,6 +122,55 @@ def main():
             f"{len(root_watch.lines('battery'))} battery lines; the group's: {len(group_watch.notifies())} notify lines")
         check(len(group_watch.notifies()) >= WINDOW / 2, "pairctl watch in the bluetooth group prints notifications")
         check(any(" battery 61" in l for l in root_watch.lines("battery")), "root's pairctl watch saw the battery change")
+
+    with step("as nobody: status without battery or last data, history refused; a permissive policy file: paird still refuses"):
+        def as_nobody(*args):
+            r = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", PAIRCTL_BIN, *args],
+                               capture_output=True, text=True, timeout=60)
+            log(f"pairctl {' '.join(args)} as nobody → exit {r.returncode}: {(r.stderr or r.stdout).strip()[:200]}")
+            return r
+        # pairctl says "access denied" for the bus's refusal and paird's alike; the raw D-Bus
+        # error says whose it is: the bus's names the rule ("Rejected send message"), paird's
+        # "paird checks the caller itself" (so it also shows the bus let the call through).
+        def raw(method, *args):
+            r = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "dbus-send", "--system",
+                                "--print-reply", "--dest=org.paird1", "/org/paird1", f"org.paird1.Manager1.{method}", *args],
+                               capture_output=True, text=True, timeout=30)
+            log(f"dbus-send {method} as nobody → exit {r.returncode}: {(r.stderr or r.stdout).strip()[:240]}")
+            return r
+        mine = p.device(w.address)
+        check(mine.get("battery") == 61 and mine.get("lastData"), f"root's status has battery and last data: {mine.get('battery')}, {mine.get('lastData')}")
+        r = as_nobody("status", "--json")
+        check(r.returncode == 0, "pairctl status --json as nobody: exit 0")
+        theirs = next(d for d in json.loads(r.stdout)["devices"] if d["address"] == w.address)
+        check(theirs.get("state") == "connected" and theirs.get("battery") is None and theirs.get("lastData") is None,
+              f"nobody's status: the state, no battery, no last data ({sorted(k for k, v in theirs.items() if v is not None)})")
+        r = as_nobody("history", "--json")
+        check(r.returncode != 0, "pairctl history as nobody is refused")
+        r = raw("GetHistory")
+        check(r.returncode != 0 and "AccessDenied" in r.stderr and "paird checks the caller itself" not in r.stderr,
+              "GetHistory as nobody: refused by the policy, before paird")
+        # system-local.conf: dbus-daemon reads it last (system.d/'s files in no defined order), so
+        # its rule overrides paird's policy, as a careless local policy would
+        permissive = "/etc/dbus-1/system-local.conf"
+        with open(permissive, "w") as f:
+            f.write('<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN" '
+                    '"http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">\n'
+                    '<busconfig><policy context="default"><allow send_destination="org.paird1"/></policy></busconfig>\n')
+        at_exit(lambda: os.path.exists(permissive) and os.unlink(permissive))
+        sh("dbus-send --system --print-reply --dest=org.freedesktop.DBus / org.freedesktop.DBus.ReloadConfig")
+        r = as_nobody("disconnect", w.address)
+        check(r.returncode != 0, "pairctl disconnect as nobody, the policy opened: refused")
+        r = raw("Disconnect", f"string:{w.address}")
+        check(r.returncode != 0 and "AccessDenied" in r.stderr and "paird checks the caller itself" in r.stderr,
+              "Disconnect as nobody, the policy opened: refused by paird itself")
+        r = raw("GetHistory")
+        check(r.returncode != 0 and "paird checks the caller itself" in r.stderr, "GetHistory as nobody, the policy opened: refused by paird itself")
+        check(p.state(w.address) == "connected" and w.status()["connected"], "the watch still connected")
+        os.unlink(permissive)
+        sh("dbus-send --system --print-reply --dest=org.freedesktop.DBus / org.freedesktop.DBus.ReloadConfig")
+
+    with step("a last public signal"):
         # A last public signal, after everything else: the outsider has surely been sent all before it.
         n = len([m for m in outsider.members() if m == "StateChanged"])
         rc, _, err = p.pairctl("disconnect", w.address)
