@@ -282,14 +282,20 @@ struct DispatcherTests {
     /// Whether `pid` is gone: no process, not even a zombie.
     static func gone(_ pid: pid_t) -> Bool { kill(pid, 0) == -1 && errno == ESRCH }
 
+    /// A script that starts a child in a session of its own (`setsid`, out of the script's process
+    /// group), waits until that child wrote its pid to `pidFile`, then runs `then`.
+    static func leavesSetsidChild(_ f: Fixture, pidFile name: String, then last: String) -> String {
+        """
+        setsid sh -c 'echo $$ > \(f.out)/\(name).tmp; mv \(f.out)/\(name).tmp \(f.out)/\(name); exec sleep 60' &
+        while [ ! -e \(f.out)/\(name) ]; do sleep 0.05; done
+        \(last)
+        """
+    }
+
     @Test("a child that calls setsid is killed at the limit too, and reaped: gone by its pid")
     func setsidKilledAtLimit() throws {
         let f = try Fixture()
-        try f.script("50-escape", """
-            setsid sh -c 'echo $$ > \(f.out)/escaped.tmp; mv \(f.out)/escaped.tmp \(f.out)/escaped; exec sleep 60' &
-            while [ ! -e \(f.out)/escaped ]; do sleep 0.05; done
-            sleep 60
-            """)
+        try f.script("50-escape", Self.leavesSetsidChild(f, pidFile: "escaped", then: "sleep 60"))
         // The limit only has to come after the child wrote its pid (a fork, sh and mv): 5 s,
         // loaded host or not.
         let d = f.dispatcher(timeout: .seconds(5))
@@ -312,11 +318,7 @@ struct DispatcherTests {
         bystander.arguments = ["60"]
         try bystander.run()
         defer { if bystander.isRunning { bystander.terminate() } }
-        try f.script("50-leave", """
-            setsid sh -c 'echo $$ > \(f.out)/left.tmp; mv \(f.out)/left.tmp \(f.out)/left; exec sleep 60' &
-            while [ ! -e \(f.out)/left ]; do sleep 0.05; done
-            exit 0
-            """)
+        try f.script("50-leave", Self.leavesSetsidChild(f, pidFile: "left", then: "exit 0"))
         let d = f.dispatcher(timeout: .seconds(60))
         d.dispatch(event: "noData", environment: [:])
         try f.runUntilIdle(d, limit: .seconds(60))
@@ -327,11 +329,7 @@ struct DispatcherTests {
     @Test("a script that exits leaving a setsid child behind: the child is killed and reaped at the script's end")
     func setsidLeftoverKilledAtEnd() throws {
         let f = try Fixture()
-        try f.script("50-leave", """
-            setsid sh -c 'echo $$ > \(f.out)/left.tmp; mv \(f.out)/left.tmp \(f.out)/left; exec sleep 60' &
-            while [ ! -e \(f.out)/left ]; do sleep 0.05; done
-            exit 0
-            """)
+        try f.script("50-leave", Self.leavesSetsidChild(f, pidFile: "left", then: "exit 0"))
         let d = f.dispatcher(timeout: .seconds(60))
         d.dispatch(event: "noData", environment: [:])
         try f.runUntilIdle(d, limit: .seconds(60))
