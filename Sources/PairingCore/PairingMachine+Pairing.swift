@@ -43,7 +43,21 @@ extension PairingMachine {
     ///   in this scan, that object is removed, and the scan goes on once BlueZ is done
     ///   (`removingBond`); its next advertisement brings a fresh object, which is paired. Not
     ///   named, its bond is left alone.
-    mutating func candidateFound(_ c: Candidate, _ now: Moment, _ actions: inout [Action]) {
+    ///
+    /// A wearable paird already knows is matched by the services its bond had too, not only by
+    /// the object's `UUIDs`: BlueZ 5.66 adds an advertisement's UUIDs to an object only until its
+    /// services are resolved (`device_add_eir_uuids`), and marks them resolved even when the GATT
+    /// browse failed (`device_svc_resolved`, err -5). A link that came back from a crash without
+    /// its bond, dropped by paird as it entered needsRepair mid-browse, leaves an object with no
+    /// UUIDs that never gains the advertised ones; `pairctl pair --service 180d` found no wearable
+    /// while it advertised 180d (the clean-clone CI of 17aabae and 8305393, paird_bluetoothd_crash).
+    mutating func candidateFound(_ found: Candidate, _ now: Moment, _ actions: inout [Action]) {
+        var c = found
+        if let i = slot[c.address] {
+            let known = slots[i].identity
+            c.serviceUUIDs = Array(Set(c.serviceUUIDs).union(known.serviceUUIDs)).sorted()
+            if c.name.isEmpty { c.name = known.name }
+        }
         guard var p = pairing, case .scanning(let restart) = p.phase, p.request.matches(c), !p.unreachable.contains(c.address) else { return }
         let a = c.address
         let heard = c.rssi != nil

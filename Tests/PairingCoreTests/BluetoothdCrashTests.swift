@@ -101,6 +101,27 @@ struct BluetoothdCrashTests {
         #expect(h.state(watch) == .needsRepair(reason: .bondLostInCrash))
     }
 
+    @Test("a bond lost in a crash, on an object whose UUIDs BlueZ never filled (its browse failed on the link paird dropped): pairctl pair --service takes it by the services paird knows, once heard")
+    func bondLostObjectWithoutUUIDs() {
+        var h = Harness.connected()
+        _ = bluetoothdDies(&h)
+        h.send(.bluetoothdUnit(Self.segv))
+        h.send(.bluetoothdBack)
+        h.send(.adapterReady([watch: BlueZDeviceView(exists: true, bonded: false, connected: true)]))
+        #expect(h.state(watch) == .needsRepair(reason: .bondLostInCrash))
+        h.send(.userPair(PairRequest(serviceUUIDs: [ServiceUUID.heartRate])))
+        // BlueZ's object, as 5.66 leaves it: no UUIDs, no name; remembered, then heard.
+        #expect(h.send(.candidateFound(Candidate(address: watch, addressType: .random))) == [])
+        let out = h.send(.candidateFound(Candidate(address: watch, addressType: .random, rssi: 127)))
+        #expect(out.contains(.pair(watch, call: h.lastPairCall ?? 0, timeout: MachineConfig().pairTimeout)))
+        #expect(h.machine.pairing?.phase.name == "pairing")
+        // Someone else's wearable with no UUIDs is still no match for the service.
+        var g = Harness()
+        g.send(.adapterReady([:]))
+        g.send(.userPair(PairRequest(serviceUUIDs: [ServiceUUID.heartRate])))
+        #expect(g.send(.candidateFound(Candidate(address: watch, addressType: .random, rssi: 127))) == [])
+    }
+
     @Test("without a crash, BlueZ without the device or the bond is device-removed / bond-removed")
     func bondGoneWithoutCrash() {
         let state = PersistedState(devices: [
