@@ -72,7 +72,9 @@ e2e: release deb bluez-builds
 ## bluez_direct (BlueZ alone, on the twin: no paird in it) is out of CI for now: it failed both tries in the
 ## clean clone of 17aabae (2026-11-28: ServicesResolved never true after a Connect(), once after a walk
 ## away and back, once after a bluetoothd restart); it stays in make e2e (docs/development.md, "Retries").
-E2E_CI_SKIP   ?= paird_away_long paird_factory_reset_systemd paird_factory_reset_two bluez_direct
+## paird_flood (issue 43: a 20 Hz battery flood for two minutes beside another wearable's drops) runs in make e2e:
+## two minutes of flood are over a new scenario's budget.
+E2E_CI_SKIP   ?= paird_away_long paird_factory_reset_systemd paird_factory_reset_two bluez_direct paird_flood
 e2e-ci: release deb bluez-builds
 	E2E_SKIP="$(E2E_CI_SKIP)" Tests/testbed/e2e.sh --all $(foreach v,$(BLUEZ_VERSIONS),$(addprefix $(v):,$(E2E_CI_CORE))) $(E2E_KERNEL_RUNS)
 
