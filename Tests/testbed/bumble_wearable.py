@@ -401,6 +401,24 @@ class Wearable:
                 await self.set_battery(max(5, self.battery - 5))
         self.drain_task = None
 
+    async def flood_loop(self, hz, seconds):
+        """The battery level alternating between two values at `hz` for `seconds`, paced by the
+        loop's clock (one notification each; a notification that is late is sent at once, none
+        is skipped): issue 43's flood. One event at the start and one at the end, not one each."""
+        n, t0, base = int(hz * seconds), time.monotonic(), self.battery
+        self.event("flood", state="started", hz=hz, seconds=seconds, count=n)
+        sent = 0
+        for i in range(n):
+            delay = t0 + i / hz - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            self.battery = base + (1 if i % 2 == 0 else 0) if base < 100 else base - (i % 2)
+            if self.subscribed(self.bat):
+                await self.device.notify_subscribers(self.bat, bytes([self.battery]))
+                sent += 1
+        self.flood = {"count": n, "notified": sent, "took": round(time.monotonic() - t0, 3)}
+        self.event("flood", state="done", **self.flood)
+
     async def set_battery(self, n):
         self.battery = n
         notified = self.subscribed(self.bat)
@@ -445,7 +463,8 @@ class Wearable:
               "central": addr_str(c.peer_address) if c else None, "connected": c is not None,
               "handle": c.handle if c else None,
               "encrypted": bool(c and c.encryption), "authenticated": bool(c and c.authenticated),
-              "bonded": bool(self.bonds), "bonds": self.bonds, "last_seq": self.seq}
+              "bonded": bool(self.bonds), "bonds": self.bonds, "last_seq": self.seq,
+              "flood": getattr(self, "flood", None)}
         return st
 
     async def refresh_bonds(self):
@@ -491,6 +510,14 @@ class Wearable:
                 raise ValueError("usage: battery 0..100")
             notified = await self.set_battery(int(args[0]))
             return {"battery": self.battery, "notified": notified}
+        if cmd == "flood":
+            # the battery level alternates at HZ for SECONDS (issue 43's flood); returns at once,
+            # `status`'s "flood" says when it is done
+            if len(args) != 2:
+                raise ValueError("usage: flood HZ SECONDS")
+            self.flood = None
+            self.spawn(self.flood_loop(float(args[0]), float(args[1])))
+            return {"flood": "started"}
         if cmd == "drain":
             # the battery drains by 5 % every S s down to 5 % (0 stops it)
             if len(args) != 1:
