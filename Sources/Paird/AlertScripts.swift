@@ -41,7 +41,10 @@ import Glibc
 /// - never blocking the loop: the end is seen through a pidfd the loop watches (where the kernel
 ///   has none, waitpid(WNOHANG) every 100 ms); every end is reported (`onOutcome`) with its exit
 ///   status.
-public final class Dispatcher {
+///
+/// The documentation and paird.conf call this the dispatcher (`DispatcherDir`, `DispatcherTimeout`);
+/// it is not the state machine's event dispatch table.
+public final class AlertScripts {
     public enum Result: Sendable, Hashable, CustomStringConvertible {
         case exited(Int32)
         case signaled(Int32)
@@ -157,7 +160,7 @@ public final class Dispatcher {
     public var isIdle: Bool { running == nil && queue.isEmpty }
 
     /// Queues the scripts' run for one alert. `environment`: the `PAIRD_*` variables.
-    public func dispatch(event: String, device: String = "", environment: [String: String]) {
+    public func run(event: String, device: String = "", environment: [String: String]) {
         guard queue.count < Self.maxQueued else {
             onProblem?("dispatcher: \(queue.count) alerts already waiting; \(event) \(device) dropped")
             return
