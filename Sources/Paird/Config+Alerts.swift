@@ -1,12 +1,12 @@
 import PairingCore
 
 /// paird.conf `[Alerts]`: the thresholds of the host's own alerts (`AlertDecider`) and the
-/// dispatcher's directory and time limit (`Dispatcher`).
+/// dispatcher's directory and time limit (`AlertScripts`).
 public struct AlertSettings: Sendable, Equatable {
     public var thresholds = AlertConfig()
     /// `[Alerts] DispatcherDir`: the directory of executables run for each alert.
     public var dispatcherDir = "/etc/paird/dispatcher.d"
-    /// `[Alerts] DispatcherTimeout`: a script still running after this is killed, and everything it started (`Dispatcher`).
+    /// `[Alerts] DispatcherTimeout`: a script still running after this is killed, and everything it started (`AlertScripts`).
     public var dispatcherTimeout: Duration = .seconds(10)
     public init() {}
 }

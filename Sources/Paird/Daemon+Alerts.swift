@@ -5,16 +5,16 @@ import Glibc
 #endif
 
 /// The host's own alerts at run time: the pure `AlertDecider`, one timer for its next deadline,
-/// and the `Dispatcher` that runs `[Alerts] DispatcherDir`'s scripts.
+/// and the `AlertScripts` that runs `[Alerts] DispatcherDir`'s scripts.
 final class AlertRuntime {
     var decider: AlertDecider
-    let dispatcher: Dispatcher
+    let scripts: AlertScripts
     var timer: TimerHandle?
     var timerDeadline: Moment?
 
-    init(decider: AlertDecider, dispatcher: Dispatcher) {
+    init(decider: AlertDecider, scripts: AlertScripts) {
         self.decider = decider
-        self.dispatcher = dispatcher
+        self.scripts = scripts
     }
 }
 
@@ -91,11 +91,11 @@ extension Log.MessageID {
 
 extension Daemon {
     /// The decider with `[Alerts]`'s thresholds (no-data off when nothing is subscribed: no data
-    /// is awaited then) and the dispatcher on the loop.
+    /// is awaited then) and the alert scripts (the dispatcher) on the loop.
     func openAlerts() {
         var thresholds = config.alerts.thresholds
         if config.subscribe.isEmpty { thresholds.noDataFor = nil }
-        let d = Dispatcher(directory: config.alerts.dispatcherDir, timeout: config.alerts.dispatcherTimeout, loop: loop)
+        let d = AlertScripts(directory: config.alerts.dispatcherDir, timeout: config.alerts.dispatcherTimeout, loop: loop)
         d.onOutcome = { [unowned self] o in
             let fields: KeyValuePairs<String, String> = ["PAIRD_SCRIPT": o.path, "PAIRD_EVENT": o.event, "PAIRD_SCRIPT_RESULT": "\(o.result)"]
             let took = (o.duration.seconds * 10).rounded() / 10
@@ -105,7 +105,7 @@ extension Daemon {
                 log.log(.warning, "dispatcher: \(o.path) \(o.event): \(o.result) (\(took) s)", id: Log.MessageID.dispatcherScript, fields: fields)
             }
             if o.linesNotLogged > 0 {
-                log.log(.warning, "dispatcher: \(o.path) \(o.event): \(o.linesNotLogged) more lines of output not logged (at most \(Dispatcher.maxOutputLines) a run)",
+                log.log(.warning, "dispatcher: \(o.path) \(o.event): \(o.linesNotLogged) more lines of output not logged (at most \(AlertScripts.maxOutputLines) a run)",
                         id: Log.MessageID.dispatcherScript, fields: ["PAIRD_SCRIPT": o.path])
             }
             if o.leftoversKilled > 0 {
@@ -127,7 +127,7 @@ extension Daemon {
         d.onOutput = { [unowned self] path, line in
             log.scriptOutput(identifier: Log.scriptIdentifier(path), line, fields: ["PAIRD_SCRIPT": path])
         }
-        alerting = AlertRuntime(decider: AlertDecider(config: thresholds), dispatcher: d)
+        alerting = AlertRuntime(decider: AlertDecider(config: thresholds), scripts: d)
     }
 
     /// Feeds the decider; logs and dispatches what it raises; re-arms the timer for its next deadline.
@@ -141,8 +141,8 @@ extension Daemon {
             } else {
                 log.debug(entry.message)
             }
-            rt.dispatcher.dispatch(event: a.kind.rawValue, device: a.device?.description ?? "",
-                                   environment: AlertJournal.environment(a, config: rt.decider.config, now: now))
+            rt.scripts.run(event: a.kind.rawValue, device: a.device?.description ?? "",
+                           environment: AlertJournal.environment(a, config: rt.decider.config, now: now))
         }
         armAlertTimer(rt, now: now)
     }

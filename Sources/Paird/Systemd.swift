@@ -111,7 +111,7 @@ public final class Log: @unchecked Sendable {
     }
 
     /// A line of a dispatcher script's output, at info, under its own `SYSLOG_IDENTIFIER`
-    /// (`paird-dispatch-NAME`). The line must already be `terminalSafe` (the `Dispatcher` makes it
+    /// (`paird-dispatch-NAME`). The line must already be `terminalSafe` (`AlertScripts` makes it
     /// so; not escaped again here, or its backslashes would double): in the journal it is the
     /// MESSAGE field (a `<0>` in it is text), on stderr it follows the identifier, so it never
     /// starts a line (no priority prefix a reader could take for one).

@@ -3,16 +3,16 @@ import Foundation
 import Testing
 @testable import Paird
 
-/// The dispatcher with real processes on a real `EventLoop`: what the scripts are given, the
-/// order and one-at-a-time, the time limit, and the files it must not run.
-@Suite("Dispatcher: /etc/paird/dispatcher.d", .serialized)
-struct DispatcherTests {
+/// `AlertScripts` (the dispatcher) with real processes on a real `EventLoop`: what the scripts are
+/// given, the order and one-at-a-time, the time limit, and the files it must not run.
+@Suite("Alert scripts: /etc/paird/dispatcher.d", .serialized)
+struct AlertScriptsTests {
     /// A fresh directory for the scripts, and one for what they write.
     final class Fixture {
         let dir: String
         let out: String
         let loop: EventLoop
-        var outcomes: [Dispatcher.Outcome] = []
+        var outcomes: [AlertScripts.Outcome] = []
         var skipped: [(String, String, Bool)] = []
         var refused: [String] = []
         var output: [(String, String)] = []
@@ -38,8 +38,8 @@ struct DispatcherTests {
 
         /// A limit far above what a script here takes, loaded host or not: only the tests about
         /// the limit set their own.
-        func dispatcher(timeout: Duration = .seconds(60)) -> Dispatcher {
-            let d = Dispatcher(directory: dir, timeout: timeout, loop: loop)
+        func scripts(timeout: Duration = .seconds(60)) -> AlertScripts {
+            let d = AlertScripts(directory: dir, timeout: timeout, loop: loop)
             d.onOutcome = { [unowned self] in outcomes.append($0) }
             d.onSkip = { [unowned self] in skipped.append(($0, $1, $2)) }
             d.onRefused = { [unowned self] in refused.append($0) }
@@ -47,13 +47,13 @@ struct DispatcherTests {
             return d
         }
 
-        /// Runs the loop until the dispatcher is idle again (at most `limit`).
-        func runUntilIdle(_ d: Dispatcher, limit: Duration = .seconds(90)) throws {
+        /// Runs the loop until the scripts are idle again (at most `limit`).
+        func runUntilIdle(_ d: AlertScripts, limit: Duration = .seconds(90)) throws {
             var timedOut = false
             let guardTimer = loop.schedule(after: limit) { timedOut = true }
             try loop.run(until: { d.isIdle || timedOut })
             guardTimer.cancel()
-            #expect(!timedOut, "the dispatcher did not finish within \(limit)")
+            #expect(!timedOut, "the scripts did not finish within \(limit)")
         }
 
         func read(_ name: String) -> String? { try? String(contentsOfFile: out + "/" + name, encoding: .utf8) }
@@ -67,9 +67,9 @@ struct DispatcherTests {
         // between the shell's `> env` (which creates the file) and sort's output (written at its
         // end). The limit is not what this test is about: 60 s, and the outcome checked first.
         try f.script("50-env", "env | sort > \(f.out)/env.tmp && mv \(f.out)/env.tmp \(f.out)/env; echo \"$1 $2\" > \(f.out)/argv.tmp && mv \(f.out)/argv.tmp \(f.out)/argv; exit 3")
-        let d = f.dispatcher(timeout: .seconds(60))
+        let d = f.scripts(timeout: .seconds(60))
         setenv("PAIRD_TEST_LEAK", "1", 1)
-        d.dispatch(event: "batteryLow", device: "00:AA:01:01:00:01",
+        d.run(event: "batteryLow", device: "00:AA:01:01:00:01",
                    environment: ["PAIRD_EVENT": "batteryLow", "PAIRD_DEVICE": "00:AA:01:01:00:01", "PAIRD_NAME": "Watch", "PAIRD_BATTERY": "14"])
         try f.runUntilIdle(d, limit: .seconds(90))
         #expect(f.outcomes.map(\.result) == [.exited(3)], "the script ran to its end")
@@ -89,9 +89,9 @@ struct DispatcherTests {
         // 20-b checks that 10-a had ended before it began.
         try f.script("20-b", "test -e \(f.out)/a-done-$PAIRD_EVENT && echo \"b $PAIRD_EVENT\" >> \(f.out)/log")
         try f.script("10-a", "echo \"a $PAIRD_EVENT\" >> \(f.out)/log; sleep 0.3; touch \(f.out)/a-done-$PAIRD_EVENT")
-        let d = f.dispatcher()
-        d.dispatch(event: "one", environment: ["PAIRD_EVENT": "one"])
-        d.dispatch(event: "two", environment: ["PAIRD_EVENT": "two"])
+        let d = f.scripts()
+        d.run(event: "one", environment: ["PAIRD_EVENT": "one"])
+        d.run(event: "two", environment: ["PAIRD_EVENT": "two"])
         try f.runUntilIdle(d)
         #expect(f.read("log") == "a one\nb one\na two\nb two\n")
         #expect(f.outcomes.map(\.result) == [.exited(0), .exited(0), .exited(0), .exited(0)])
@@ -102,7 +102,7 @@ struct DispatcherTests {
         let f = try Fixture()
         try f.script("10-hang", "echo $$ > \(f.out)/pgid; sleep 60 & sleep 60; echo never > \(f.out)/hang")
         try f.script("20-next", "echo ran > \(f.out)/next")
-        let d = f.dispatcher(timeout: .seconds(1))
+        let d = f.scripts(timeout: .seconds(1))
         // A timer every 100 ms while the script hangs: the loop runs them while the script is still
         // running (no outcome yet), so it is never blocked waiting for it. Counted by order, not by
         // lateness: the ticks due before the 1 s limit run before the limit's own timer, however
@@ -121,7 +121,7 @@ struct DispatcherTests {
         }
         let started = f.loop.now()
         tick(started.advanced(by: .milliseconds(100)))
-        d.dispatch(event: "noData", environment: ["PAIRD_EVENT": "noData"])
+        d.run(event: "noData", environment: ["PAIRD_EVENT": "noData"])
         try f.runUntilIdle(d)
         ticking = false
         let took = started.duration(to: f.loop.now())
@@ -175,10 +175,10 @@ struct DispatcherTests {
         try f.script(".70-hidden", "touch \(f.out)/hidden")
         try f.script("80-good.dpkg-old", "touch \(f.out)/dpkg")
         try FileManager.default.createDirectory(atPath: f.dir + "/90-dir", withIntermediateDirectories: false)
-        let d = Dispatcher(directory: f.dir, timeout: .seconds(5), loop: f.loop, allowedOwners: [0])
+        let d = AlertScripts(directory: f.dir, timeout: .seconds(5), loop: f.loop, allowedOwners: [0])
         d.onOutcome = { f.outcomes.append($0) }
         d.onSkip = { f.skipped.append(($0, $1, $2)) }
-        d.dispatch(event: "awayTooLong", environment: [:])
+        d.run(event: "awayTooLong", environment: [:])
         try f.runUntilIdle(d)
         #expect(f.outcomes.map(\.path) == [f.dir + "/50-good"])
         #expect(f.read("good") != nil)
@@ -191,10 +191,10 @@ struct DispatcherTests {
     @Test("no directory: nothing runs, nothing is said")
     func noDirectory() throws {
         let f = try Fixture()
-        let d = Dispatcher(directory: f.dir + "/absent", timeout: .seconds(1), loop: f.loop)
+        let d = AlertScripts(directory: f.dir + "/absent", timeout: .seconds(1), loop: f.loop)
         var problems: [String] = []
         d.onProblem = { problems.append($0) }
-        d.dispatch(event: "noData", environment: [:])
+        d.run(event: "noData", environment: [:])
         #expect(d.isIdle && problems.isEmpty)
     }
 
@@ -206,8 +206,8 @@ struct DispatcherTests {
         chmod(real, 0o755)
         #expect(symlink(real, f.dir + "/50-link") == 0)
         try f.script("60-good", "touch \(f.out)/good")
-        let d = f.dispatcher()
-        d.dispatch(event: "noData", environment: [:])
+        let d = f.scripts()
+        d.run(event: "noData", environment: [:])
         try f.runUntilIdle(d)
         #expect(f.read("followed") == nil, "the symlink's target ran")
         #expect(f.outcomes.map(\.path) == [f.dir + "/60-good"])
@@ -220,18 +220,18 @@ struct DispatcherTests {
         let f = try Fixture()
         try f.script("50-good", "touch \(f.out)/good")
         chmod(f.dir, 0o775)
-        let d = f.dispatcher()
-        d.dispatch(event: "noData", environment: [:])
+        let d = f.scripts()
+        d.run(event: "noData", environment: [:])
         try f.runUntilIdle(d)
         #expect(f.read("good") == nil && f.outcomes.isEmpty, "a script of a group-writable directory ran")
         #expect(f.refused.count == 1 && f.refused.first?.contains("writable by group or others") == true, "\(f.refused)")
 
         chmod(f.dir, 0o755)
         chown(f.dir, 65534, 65534)
-        let foreign = Dispatcher(directory: f.dir, timeout: .seconds(60), loop: f.loop, directoryOwners: [0])
+        let foreign = AlertScripts(directory: f.dir, timeout: .seconds(60), loop: f.loop, directoryOwners: [0])
         foreign.onOutcome = { f.outcomes.append($0) }
         foreign.onRefused = { f.refused.append($0) }
-        foreign.dispatch(event: "noData", environment: [:])
+        foreign.run(event: "noData", environment: [:])
         try f.runUntilIdle(foreign)
         #expect(f.read("good") == nil && f.outcomes.isEmpty, "a script of a directory owned by uid 65534 ran")
         #expect(f.refused.count == 2 && f.refused.last?.contains("not owned by root") == true, "\(f.refused)")
@@ -241,19 +241,19 @@ struct DispatcherTests {
     func floodCapped() throws {
         let f = try Fixture()
         try f.script("50-flood", "yes flood | head -n 100000; echo done > \(f.out)/flooded")
-        let d = f.dispatcher(timeout: .seconds(60))
+        let d = f.scripts(timeout: .seconds(60))
         var ticks = 0
         var ticking = true
         func tick() { f.loop.schedule(after: .milliseconds(5)) { ticks += 1; if ticking { tick() } } }
         tick()
-        d.dispatch(event: "noData", environment: [:])
+        d.run(event: "noData", environment: [:])
         try f.runUntilIdle(d, limit: .seconds(90))
         ticking = false
         #expect(f.read("flooded") == "done\n")
         #expect(f.outcomes.map(\.result) == [.exited(0)])
-        #expect(f.output.count == Dispatcher.maxOutputLines, "\(f.output.count) lines logged")
+        #expect(f.output.count == AlertScripts.maxOutputLines, "\(f.output.count) lines logged")
         #expect(f.output.allSatisfy { $0.1 == "flood" && $0.0 == f.dir + "/50-flood" })
-        #expect(f.outcomes.first?.linesNotLogged == 100_000 - Dispatcher.maxOutputLines)
+        #expect(f.outcomes.first?.linesNotLogged == 100_000 - AlertScripts.maxOutputLines)
         #expect(ticks > 0, "the loop ran no timer while the script flooded")
     }
 
@@ -261,8 +261,8 @@ struct DispatcherTests {
     func priorityPrefixIsText() throws {
         let f = try Fixture()
         try f.script("50-name", #"printf 'Watch\n<0>emergency\n\033]0;title\007x\n'"#)
-        let d = f.dispatcher(timeout: .seconds(60))
-        d.dispatch(event: "noData", environment: [:])
+        let d = f.scripts(timeout: .seconds(60))
+        d.run(event: "noData", environment: [:])
         try f.runUntilIdle(d)
         #expect(f.output.map(\.1) == ["Watch", "<0>emergency", "\\x1b]0;title\\x07x"], "\(f.output)")
         #expect(f.output.allSatisfy { !$0.1.unicodeScalars.contains { $0.value < 0x20 || $0.value == 0x7f } })
@@ -298,8 +298,8 @@ struct DispatcherTests {
         try f.script("50-escape", Self.leavesSetsidChild(f, pidFile: "escaped", then: "sleep 60"))
         // The limit only has to come after the child wrote its pid (a fork, sh and mv): 5 s,
         // loaded host or not.
-        let d = f.dispatcher(timeout: .seconds(5))
-        d.dispatch(event: "noData", environment: [:])
+        let d = f.scripts(timeout: .seconds(5))
+        d.run(event: "noData", environment: [:])
         try f.runUntilIdle(d, limit: .seconds(60))
         #expect(f.outcomes.map(\.result) == [.killedAtLimit])
         guard let pid = f.read("escaped").flatMap({ pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }) else {
@@ -319,8 +319,8 @@ struct DispatcherTests {
         try bystander.run()
         defer { if bystander.isRunning { bystander.terminate() } }
         try f.script("50-leave", Self.leavesSetsidChild(f, pidFile: "left", then: "exit 0"))
-        let d = f.dispatcher(timeout: .seconds(60))
-        d.dispatch(event: "noData", environment: [:])
+        let d = f.scripts(timeout: .seconds(60))
+        d.run(event: "noData", environment: [:])
         try f.runUntilIdle(d, limit: .seconds(60))
         #expect(f.outcomes.first?.leftoversKilled == 1, "the script's own leftover killed")
         #expect(bystander.isRunning && kill(bystander.processIdentifier, 0) == 0, "the bystander child still runs")
@@ -330,8 +330,8 @@ struct DispatcherTests {
     func setsidLeftoverKilledAtEnd() throws {
         let f = try Fixture()
         try f.script("50-leave", Self.leavesSetsidChild(f, pidFile: "left", then: "exit 0"))
-        let d = f.dispatcher(timeout: .seconds(60))
-        d.dispatch(event: "noData", environment: [:])
+        let d = f.scripts(timeout: .seconds(60))
+        d.run(event: "noData", environment: [:])
         try f.runUntilIdle(d, limit: .seconds(60))
         #expect(f.outcomes.map(\.result) == [.exited(0)])
         #expect(f.outcomes.first?.leftoversKilled == 1)
@@ -356,8 +356,8 @@ struct DispatcherTests {
             """)
         try f.script("20-b", "touch \(f.out)/b")
         try f.script("30-c", "touch \(f.out)/c")
-        let d = f.dispatcher()
-        d.dispatch(event: "noData", environment: [:])
+        let d = f.scripts()
+        d.run(event: "noData", environment: [:])
         try f.runUntilIdle(d)
         #expect(f.outcomes.map(\.result) == [.exited(0), .exited(0), .exited(0)])
         #expect(f.read("b") != nil && f.read("c") != nil, "the files checked ran")
@@ -368,12 +368,12 @@ struct DispatcherTests {
     func endlessFloodCut() throws {
         let f = try Fixture()
         try f.script("50-endless", "yes flood; echo \"$?\" > \(f.out)/after")
-        let d = f.dispatcher()
-        d.dispatch(event: "noData", environment: [:])
+        let d = f.scripts()
+        d.run(event: "noData", environment: [:])
         try f.runUntilIdle(d)
         #expect(f.outcomes.map(\.result) == [.exited(0)], "ended by itself, not at the limit")
         #expect(f.read("after") == "141\n", "yes ended by SIGPIPE (128 + 13): \(f.read("after") ?? "nothing")")
-        #expect(f.output.count == Dispatcher.maxOutputLines)
+        #expect(f.output.count == AlertScripts.maxOutputLines)
         #expect((f.outcomes.first?.linesNotLogged ?? 0) > 0)
     }
 }
