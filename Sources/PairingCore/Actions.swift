@@ -89,11 +89,13 @@ public struct Report: Sendable, Hashable {
     public var name: String
     public var from: String
     public var to: String
-    public var reason: String?
+    public var reason: ReportReason?
     public var attempt: Int?
+    /// The reason's words, as the journal, the signal and the record carry them.
+    public var reasonToken: String? { reason?.token }
 
     public init(kind: Kind, device: DeviceAddress?, name: String = "", from: String = "", to: String = "",
-                reason: String? = nil, attempt: Int? = nil) {
+                reason: ReportReason? = nil, attempt: Int? = nil) {
         self.kind = kind
         self.device = device
         self.name = name

@@ -125,10 +125,18 @@ public struct AlertDecider: Sendable {
     }
 
     /// The link-health reasons for which paird itself drops a link and makes it again.
-    static let dataRemakeReasons: Set<String> = ["no-data", "probe-timeout", "subscription-lost"]
-    static func isDataRemake(_ reason: String?) -> Bool {
-        guard let r = reason else { return false }
-        return dataRemakeReasons.contains(r) || r.hasPrefix("probe-failed")
+    static func isDataRemake(_ reason: ReportReason?) -> Bool {
+        switch reason {
+        case .health(let h)?:
+            switch h {
+            case .noData, .probeTimeout, .subscriptionLost, .probeFailed: true
+            }
+        case nil, .user?, .local?, .adapterGone?, .bondOnAdapter?, .servicesLost?, .hostAsleep?, .hostResumed?,
+             .onTrialAfterCrashes?, .unresolvableAfterCrash?, .unresolvableAfterBluetoothdLeft?, .adapterWedged?,
+             .resolveTimeout?, .discoveryTimeout?, .linkLoss?, .failure?, .repair?, .wedge?, .resume?,
+             .missingCharacteristics?, .pairing?, .rescan?, .refused?:
+            false
+        }
     }
     /// States in which a wanted wearable is not connected and paird brings it back.
     static let pursuedStates: Set<String> = ["restoring", "waitingForDevice", "connecting", "discovering", "adapterUnavailable", "paired"]
@@ -162,7 +170,7 @@ public struct AlertDecider: Sendable {
         case .hostResumed:
             asleep = false
             for a in devices.keys {
-                if devices[a]!.pursued { startAbsence(a, now, reason: "host-asleep") }
+                if devices[a]!.pursued { startAbsence(a, now, reason: ReportReason.hostAsleep.token) }
                 if devices[a]!.connected { devices[a]!.connectedAt = now; devices[a]!.silenceAlerted = false }
             }
             return []
@@ -225,7 +233,7 @@ public struct AlertDecider: Sendable {
             d.connected = false
             d.pursued = true
             devices[a] = d
-            startAbsence(a, now, reason: r.reason ?? (r.kind == .adapterLost ? "adapter-unavailable" : nil))
+            startAbsence(a, now, reason: r.reasonToken ?? (r.kind == .adapterLost ? "adapter-unavailable" : nil))
         default: // disconnected (the user's), needsRepair: not pursued, not away
             d.connected = false
             d.pursued = false
@@ -234,7 +242,7 @@ public struct AlertDecider: Sendable {
             d.remakingForData = false
             devices[a] = d
             if r.kind == .needsRepair {
-                out.append(Alert(kind: .needsRepair, device: a, name: d.name, battery: d.battery, reason: r.reason))
+                out.append(Alert(kind: .needsRepair, device: a, name: d.name, battery: d.battery, reason: r.reasonToken))
             }
         }
         return out

@@ -170,7 +170,7 @@ public struct HistoryRecorder: Sendable {
         case "paired":
             new = (.away, HistoryRecord.Reason.connecting, "paired")
         case "needsRepair":
-            new = (.down, HistoryRecord.Reason.bondLost, r.reason)
+            new = (.down, HistoryRecord.Reason.bondLost, r.reasonToken)
         case "adapterUnavailable":
             let reason = bluetoothdGone ? HistoryRecord.Reason.bluetoothdGone : HistoryRecord.Reason.adapterGone
             if d.condition == .away, d.reason == HistoryRecord.Reason.linkLoss, causedNow(d, now) {
@@ -192,7 +192,9 @@ public struct HistoryRecorder: Sendable {
             switch d.condition {
             case .connected:
                 // paird's own word when it has one (BlueZ's reason, no-data, probe-timeout…).
-                new = (.away, HistoryRecord.Reason.linkLoss, r.reason == HistoryRecord.Reason.linkLoss ? nil : r.reason)
+                // A bare link loss (no word from BlueZ) says nothing more than the condition's reason.
+                let detail: String? = if case .linkLoss(nil)? = r.reason { nil } else { r.reasonToken }
+                new = (.away, HistoryRecord.Reason.linkLoss, detail)
             case .down where d.reason == HistoryRecord.Reason.starting && r.to == "waitingForDevice":
                 // paird's start found it not connected: it is away, not down.
                 new = (.away, HistoryRecord.Reason.awayAtStart, nil)

@@ -50,9 +50,9 @@ extension PairingMachine {
             // Untrusted + Disconnect() also turns BlueZ's auto-connect off for it (device.c dev_disconnect).
             actions.append(.setTrusted(a, false))
             actions.append(.disconnect(a))
-            move(i, to: .disconnected, now, &actions, reason: "user")
+            move(i, to: .disconnected, now, &actions, reason: .user)
         case .restoring, .adapterUnavailable:
-            move(i, to: .disconnected, now, &actions, reason: "user")
+            move(i, to: .disconnected, now, &actions, reason: .user)
         case .disconnected, .needsRepair:
             break
         }

@@ -27,7 +27,7 @@ struct AlertDeciderTests {
         }
     }
 
-    func report(_ a: DeviceAddress, _ kind: Report.Kind, _ from: String, _ to: String, reason: String? = nil) -> AlertDecider.Input {
+    func report(_ a: DeviceAddress, _ kind: Report.Kind, _ from: String, _ to: String, reason: ReportReason? = nil) -> AlertDecider.Input {
         .report(Report(kind: kind, device: a, name: "Watch", from: from, to: to, reason: reason))
     }
 
@@ -63,7 +63,7 @@ struct AlertDeciderTests {
     func away() {
         var f = Feed()
         f.send(report(watch, .connected, "connecting", "connected"))
-        f.at(100, report(watch, .linkLost, "connected", "waitingForDevice", reason: "link-loss"))
+        f.at(100, report(watch, .linkLost, "connected", "waitingForDevice", reason: .linkLoss(nil)))
         #expect(f.decider.nextDeadline == .at(700))
         f.run(to: 699)
         #expect(f.alerts.isEmpty)
@@ -86,7 +86,7 @@ struct AlertDeciderTests {
         var f = Feed()
         f.send(report(watch, .connected, "connecting", "connected"))
         f.at(10, .hostSleeping)
-        f.at(11, .report(Report(kind: .hostAsleep, device: watch, name: "Watch", from: "connected", to: "waitingForDevice", reason: "host-asleep")))
+        f.at(11, .report(Report(kind: .hostAsleep, device: watch, name: "Watch", from: "connected", to: "waitingForDevice", reason: .hostAsleep)))
         f.run(to: 5000)                                                     // asleep (suspended) for long
         #expect(f.alerts.isEmpty)
         f.at(5000, .hostResumed)
@@ -117,7 +117,7 @@ struct AlertDeciderTests {
     func noDataAcrossRemakeAndAbsence() {
         var f = Feed()
         f.at(0, report(watch, .connected, "connecting", "connected"))
-        f.at(5, report(watch, .stateChanged, "connected", "connecting", reason: "no-data"))
+        f.at(5, report(watch, .stateChanged, "connected", "connecting", reason: .health(.noData)))
         f.at(8, report(watch, .reconnected, "connecting", "connected"))
         f.run(to: 299)
         #expect(f.alerts.isEmpty)
@@ -138,11 +138,11 @@ struct AlertDeciderTests {
     func repairAndCrash() {
         var f = Feed()
         f.at(1, .battery(watch, level: 50))
-        f.at(2, report(watch, .needsRepair, "connected", "needsRepair", reason: "authentication-failed"))
+        f.at(2, report(watch, .needsRepair, "connected", "needsRepair", reason: .repair(.authentication)))
         f.at(3, .bluetoothdCrashed(cause: "signal SEGV"))
         f.run(to: 10_000)                                                // needsRepair is no absence
         #expect(f.alerts == [
-            Alert(kind: .needsRepair, device: watch, name: "Watch", battery: 50, reason: "authentication-failed"),
+            Alert(kind: .needsRepair, device: watch, name: "Watch", battery: 50, reason: "authentication"),
             Alert(kind: .bluetoothdCrashed, device: nil, reason: "signal SEGV"),
         ])
     }

@@ -32,7 +32,7 @@ struct BluetoothdAttributionTests {
 
     /// The journal's reason for the watch, disarmed `ms` after its link came up.
     /// The report's reason: the bare token (the journal's words come from `RepairReason.explanation`).
-    func diedOnLinkReason(ms: Int) -> String { RepairReason.bluetoothdDiedOnLink.token }
+    func diedOnLinkReason(ms: Int) -> ReportReason { .repair(.bluetoothdDiedOnLink) }
 
     /// One turn of the loop: the kernel's auto-connect brings `who`'s link up, bluetoothd leaves
     /// the bus `after` later (then the adapter goes). Returns the actions of `bluetoothdLeft`.
@@ -272,7 +272,7 @@ struct BluetoothdAttributionTests {
             .setTrusted(watch, false),
             .disconnect(watch),
             .report(Report(kind: .needsRepair, device: watch, name: "Watch", from: "waitingForDevice", to: "needsRepair",
-                           reason: RepairReason.bluetoothdDiedOnLink.token)),
+                           reason: .repair(.bluetoothdDiedOnLink))),
             .queryBluetoothdUnit,
             .updateAutoConnect([ServiceUUID.heartRate]),
         ])
