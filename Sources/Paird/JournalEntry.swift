@@ -56,7 +56,7 @@ struct JournalEntry {
         case .pairingFailed: message = "pairing failed: \(r.reasonToken ?? "unknown")"
         case .pairingRefused:
             message = "\(who): refused BlueZ's pairing question (\(r.reasonToken ?? "unknown")): no pairing of it was started with pairctl pair"
-        case .stateChanged: message = "\(who) \(r.from) → \(r.to)" + (r.reasonToken.map { " (\($0))" } ?? "")
+        case .stateChanged: message = "\(who) \(r.fromToken) → \(r.toToken)" + (r.reasonToken.map { " (\($0))" } ?? "")
         case .characteristicMissing:
             message = "\(who): no characteristic \(r.reasonToken ?? "?") on its link (a firmware update dropped it, or BlueZ lost it: "
                 + "if the wearable still has it, `pairctl unpair` and `pairctl pair` make BlueZ read its services anew); not retried"
@@ -70,8 +70,8 @@ struct JournalEntry {
         }
         fields = [
             ("PAIRD_DEVICE", r.device?.description ?? ""),
-            ("PAIRD_STATE", r.to),
-            ("PAIRD_PREVIOUS_STATE", r.from),
+            ("PAIRD_STATE", r.toToken),
+            ("PAIRD_PREVIOUS_STATE", r.fromToken),
             ("PAIRD_REASON", r.reasonToken ?? ""),
             ("PAIRD_ATTEMPT", r.attempt.map(String.init) ?? ""),
             ("PAIRD_EVENT", r.kind.rawValue),

@@ -138,8 +138,6 @@ public struct AlertDecider: Sendable {
             false
         }
     }
-    /// States in which a wanted wearable is not connected and paird brings it back.
-    static let pursuedStates: Set<String> = ["restoring", "waitingForDevice", "connecting", "discovering", "adapterUnavailable", "paired"]
 
     public mutating func handle(_ input: Input, now: Moment) -> [Alert] {
         switch input {
@@ -195,7 +193,7 @@ public struct AlertDecider: Sendable {
     }
 
     mutating func report(_ a: DeviceAddress, _ r: Report, _ now: Moment) -> [Alert] {
-        if r.to == "unpaired" || r.kind == .unpaired {
+        if r.to == .unpaired || r.kind == .unpaired {
             devices[a] = nil
             return []
         }
@@ -213,7 +211,7 @@ public struct AlertDecider: Sendable {
             return []
         }
         switch r.to {
-        case "connected":
+        case .state(.connected)?:
             let sameSilence = d.remakingForData && d.connectedAt != nil
             d.connected = true
             d.pursued = false
@@ -225,7 +223,9 @@ public struct AlertDecider: Sendable {
                 d.silenceAlerted = false
             }
             devices[a] = d
-        case let s where Self.pursuedStates.contains(s):
+        // Pursued: paird brings it back (settling's word is `connecting`, as it always was).
+        case .state(.restoring)?, .state(.waitingForDevice)?, .state(.connecting)?, .state(.discovering)?,
+             .state(.adapterUnavailable)?, .paired?, .pairing(.settling)?:
             if d.connected {
                 d.remakingForData = Self.isDataRemake(r.reason)
                 if !d.remakingForData { d.connectedAt = nil }
@@ -234,7 +234,8 @@ public struct AlertDecider: Sendable {
             d.pursued = true
             devices[a] = d
             startAbsence(a, now, reason: r.reasonToken ?? (r.kind == .adapterLost ? "adapter-unavailable" : nil))
-        default: // disconnected (the user's), needsRepair: not pursued, not away
+        case nil, .state(.disconnected)?, .state(.needsRepair)?, .unpaired?, .refused?, .pairing(.scanning)?,
+             .pairing(.removingOldBond)?, .pairing(.pairing)?: // the user's disconnect, needsRepair: not pursued, not away
             d.connected = false
             d.pursued = false
             d.awayAt = nil

@@ -67,7 +67,7 @@ extension PairingMachine {
         if bluetoothd.onTrial == a { endTrial(now, &actions) }
         actions.append(.removeDevice(a))
         actions.append(.persist)
-        actions.append(.report(Report(kind: .unpaired, device: a, name: d.identity.name, from: d.state.name, to: "unpaired")))
+        actions.append(.report(Report(kind: .unpaired, device: a, name: d.identity.name, from: .state(d.state.kind), to: .unpaired)))
     }
 }
 

@@ -277,6 +277,6 @@ extension PairingMachine {
         slots[i].missingCharacteristics = missing
         guard !newlyMissing.isEmpty else { return }
         actions.append(.report(Report(kind: .characteristicMissing, device: a, name: slots[i].identity.name,
-                                      to: slots[i].state.name, reason: .missingCharacteristics(newlyMissing.sorted()))))
+                                      to: .state(slots[i].state.kind), reason: .missingCharacteristics(newlyMissing.sorted()))))
     }
 }

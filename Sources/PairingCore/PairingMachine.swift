@@ -245,7 +245,7 @@ public struct PairingMachine: Sendable {
             var reason = reason
             if reason == nil, case .needsRepair(let why) = new { reason = .repair(why) }
             actions.append(.report(Report(kind: kind ?? Self.reportKind(from: old, to: new), device: a, name: slots[i].identity.name,
-                                          from: old.name, to: new.name, reason: reason, attempt: attempt)))
+                                          from: .state(old.kind), to: .state(new.kind), reason: reason, attempt: attempt)))
         }
     }
 

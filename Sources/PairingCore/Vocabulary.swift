@@ -180,3 +180,78 @@ public enum BluetoothdWait: Sendable, Hashable {
         }
     }
 }
+
+extension DeviceState {
+    /// The state without its payload: what reports, the status and the journal name.
+    public enum Kind: Sendable, Hashable, CaseIterable {
+        case restoring, connecting, discovering, connected, waitingForDevice, disconnected, needsRepair, adapterUnavailable
+
+        public var token: String {
+            switch self {
+            case .restoring: "restoring"
+            case .connecting: "connecting"
+            case .discovering: "discovering"
+            case .connected: "connected"
+            case .waitingForDevice: "waitingForDevice"
+            case .disconnected: "disconnected"
+            case .needsRepair: "needsRepair"
+            case .adapterUnavailable: "adapterUnavailable"
+            }
+        }
+
+        /// The kind a token names (the status JSON's `state`); nil for one this build does not know.
+        public init?(token: String) {
+            guard let k = Self.allCases.first(where: { $0.token == token }) else { return nil }
+            self = k
+        }
+    }
+
+    public var kind: Kind {
+        switch self {
+        case .restoring: .restoring
+        case .connecting: .connecting
+        case .discovering: .discovering
+        case .connected: .connected
+        case .waitingForDevice: .waitingForDevice
+        case .disconnected: .disconnected
+        case .needsRepair: .needsRepair
+        case .adapterUnavailable: .adapterUnavailable
+        }
+    }
+}
+
+/// A pairing session's phase without its payload (`PairingSession.Phase`).
+public enum PairingStep: Sendable, Hashable, CaseIterable {
+    case scanning, removingOldBond, pairing, settling
+
+    public var token: String {
+        switch self {
+        case .scanning: "scanning"
+        case .removingOldBond: "removing-old-bond"
+        case .pairing: "pairing"
+        // Settling waits for the paired wearable's link: said as the state it is in.
+        case .settling: "connecting"
+        }
+    }
+}
+
+/// What a `Report` goes from and to: a wearable's state, or a word of the pairing session's.
+public enum ReportState: Sendable, Hashable {
+    case state(DeviceState.Kind)
+    /// Paired by the session / unpaired by the user.
+    case paired, unpaired
+    /// BlueZ's agent question refused.
+    case refused
+    /// A pairing session's phase.
+    case pairing(PairingStep)
+
+    public var token: String {
+        switch self {
+        case .state(let k): k.token
+        case .paired: "paired"
+        case .unpaired: "unpaired"
+        case .refused: "refused"
+        case .pairing(let p): p.token
+        }
+    }
+}

@@ -9,7 +9,7 @@ struct JournalEntryTests {
 
     @Test("a lost bond is a warning that names the device and the command that fixes it")
     func needsRepairHints() {
-        let e = JournalEntry(Report(kind: .needsRepair, device: watch, name: "Watch", from: "connected", to: "needsRepair",
+        let e = JournalEntry(Report(kind: .needsRepair, device: watch, name: "Watch", from: .state(.connected), to: .state(.needsRepair),
                                     reason: .repair(.authentication)))
         #expect(e.message == "Watch (00:AA:01:01:00:01) needs re-pairing (authentication): run pairctl pair 00:AA:01:01:00:01")
         #expect(e.priority == .warning)
@@ -19,7 +19,7 @@ struct JournalEntryTests {
 
     @Test("a wearable that takes bluetoothd down as its link comes up (issue 49): the token stays the field, the words name the likely reset, this kernel's crash and the fix")
     func diedOnLinkSaysWhy() {
-        let e = JournalEntry(Report(kind: .needsRepair, device: watch, name: "Watch", from: "waitingForDevice", to: "needsRepair",
+        let e = JournalEntry(Report(kind: .needsRepair, device: watch, name: "Watch", from: .state(.waitingForDevice), to: .state(.needsRepair),
                                     reason: .repair(.bluetoothdDiedOnLink)))
         #expect(e.message == "Watch (00:AA:01:01:00:01) needs re-pairing (bluetoothd-died-on-link): bluetoothd died twice as its link came up: "
             + "it was probably reset (it lost its bond, the host still has the old key) and this kernel crashes on the failed encryption: "
@@ -30,9 +30,9 @@ struct JournalEntryTests {
 
     @Test("a reconnect says who made it: the kernel's auto-connect, or paird's Connect attempts")
     func reconnectSaysWho() {
-        #expect(JournalEntry(Report(kind: .reconnected, device: watch, to: "connected", attempt: 0)).message
+        #expect(JournalEntry(Report(kind: .reconnected, device: watch, to: .state(.connected), attempt: 0)).message
             == "00:AA:01:01:00:01 reconnected (the kernel's auto-connect)")
-        #expect(JournalEntry(Report(kind: .reconnected, device: watch, to: "connected", attempt: 3)).message
+        #expect(JournalEntry(Report(kind: .reconnected, device: watch, to: .state(.connected), attempt: 3)).message
             == "00:AA:01:01:00:01 reconnected after 3 Connect attempt(s)")
     }
 
@@ -90,7 +90,7 @@ struct JournalEntryTests {
 
     @Test("a missing characteristic names it and the way out, once")
     func characteristicMissing() {
-        let e = JournalEntry(Report(kind: .characteristicMissing, device: watch, name: "Watch", to: "connected",
+        let e = JournalEntry(Report(kind: .characteristicMissing, device: watch, name: "Watch", to: .state(.connected),
                                     reason: .missingCharacteristics(["00002a37-0000-1000-8000-00805f9b34fb"])))
         #expect(e.message.hasPrefix("Watch (00:AA:01:01:00:01): no characteristic 00002a37-0000-1000-8000-00805f9b34fb on its link"))
         #expect(e.message.contains("`pairctl unpair` and `pairctl pair`"))

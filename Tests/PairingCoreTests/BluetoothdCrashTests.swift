@@ -70,7 +70,7 @@ struct BluetoothdCrashTests {
         #expect(ready == [
             .disconnect(watch),
             .arm(headStart),
-            .report(Report(kind: .stateChanged, device: watch, name: "Watch", from: "adapterUnavailable", to: "waitingForDevice",
+            .report(Report(kind: .stateChanged, device: watch, name: "Watch", from: .state(.adapterUnavailable), to: .state(.waitingForDevice),
                            reason: .unresolvableAfterCrash)),
             .updateAutoConnect([ServiceUUID.heartRate]),
         ])

@@ -83,7 +83,7 @@ struct BluetoothdPresenceTests {
         #expect(resolve.id.purpose == .resolve)
         #expect(out == [
             .arm(resolve),
-            .report(Report(kind: .stateChanged, device: watch, name: "Watch", from: "restoring", to: "discovering")),
+            .report(Report(kind: .stateChanged, device: watch, name: "Watch", from: .state(.restoring), to: .state(.discovering))),
             .updateAutoConnect([ServiceUUID.heartRate]),
         ])
     }
@@ -138,7 +138,7 @@ struct BluetoothdPresenceTests {
         #expect(ready == [
             .disconnect(watch),
             .arm(headStart),
-            .report(Report(kind: .stateChanged, device: watch, name: "Watch", from: "adapterUnavailable", to: "waitingForDevice",
+            .report(Report(kind: .stateChanged, device: watch, name: "Watch", from: .state(.adapterUnavailable), to: .state(.waitingForDevice),
                            reason: .unresolvableAfterBluetoothdLeft)),
             .updateAutoConnect([ServiceUUID.heartRate]),
         ])

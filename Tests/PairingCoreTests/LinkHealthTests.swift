@@ -86,7 +86,7 @@ struct LinkHealthTests {
         #expect(h.now == .at(5))
         #expect(out.disconnects == 1)
         let r = out.reports(.stateChanged)
-        #expect(r.count == 1 && r[0].from == "connected" && r[0].to == "connecting" && r[0].reasonToken == "no-data")
+        #expect(r.count == 1 && r[0].from == .state(.connected) && r[0].to == .state(.connecting) && r[0].reasonToken == "no-data")
         // Our own drop; the next link delivers.
         #expect(h.send(.linkDown(watch, linkLoss)).connects(watch) == 1, "down: connect again at once")
         #expect(h.stateName(watch) == "connecting")

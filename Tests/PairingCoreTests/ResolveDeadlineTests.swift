@@ -27,7 +27,7 @@ struct ResolveDeadlineTests {
         #expect(c.deadline == .at(0) + MachineConfig().resolveTimeout)
         #expect(out == [
             .arm(c),
-            .report(Report(kind: .stateChanged, device: watch, name: "Watch", from: "restoring", to: "discovering")),
+            .report(Report(kind: .stateChanged, device: watch, name: "Watch", from: .state(.restoring), to: .state(.discovering))),
             .updateAutoConnect([ServiceUUID.heartRate]),
         ])
     }
@@ -47,7 +47,7 @@ struct ResolveDeadlineTests {
             .disconnect(watch),
             .cancel(resolve.id),
             .arm(retry),
-            .report(Report(kind: .stateChanged, device: watch, name: "Watch", from: "discovering", to: "connecting",
+            .report(Report(kind: .stateChanged, device: watch, name: "Watch", from: .state(.discovering), to: .state(.connecting),
                            reason: .resolveTimeout)),
         ])
         #expect(h.machine.devices[watch]?.setupFailures == 0)

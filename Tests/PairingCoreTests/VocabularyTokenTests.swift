@@ -126,4 +126,39 @@ struct VocabularyTokenTests {
         ]
         for (wait, token) in table { #expect(wait.token == token, "\(wait)") }
     }
+
+    @Test("DeviceState.Kind, PairingStep and ReportState: every case")
+    func states() {
+        let kinds: [(DeviceState.Kind, String)] = [
+            (.restoring, "restoring"),
+            (.connecting, "connecting"),
+            (.discovering, "discovering"),
+            (.connected, "connected"),
+            (.waitingForDevice, "waitingForDevice"),
+            (.disconnected, "disconnected"),
+            (.needsRepair, "needsRepair"),
+            (.adapterUnavailable, "adapterUnavailable"),
+        ]
+        #expect(kinds.count == DeviceState.Kind.allCases.count)
+        for (kind, token) in kinds {
+            #expect(kind.token == token, "\(kind)")
+            #expect(ReportState.state(kind).token == token)
+        }
+        #expect(DeviceState.disconnected.name == "disconnected" && DeviceState.adapterUnavailable.kind == .adapterUnavailable)
+        let steps: [(PairingStep, String)] = [
+            (.scanning, "scanning"),
+            (.removingOldBond, "removing-old-bond"),
+            (.pairing, "pairing"),
+            (.settling, "connecting"),
+        ]
+        #expect(steps.count == PairingStep.allCases.count)
+        for (step, token) in steps {
+            #expect(step.token == token, "\(step)")
+            #expect(ReportState.pairing(step).token == token)
+        }
+        let words: [(ReportState, String)] = [(.paired, "paired"), (.unpaired, "unpaired"), (.refused, "refused")]
+        for (state, token) in words { #expect(state.token == token, "\(state)") }
+        let none = Report(kind: .adapterWedged, device: nil)
+        #expect(none.fromToken == "" && none.toToken == "" && none.reasonToken == nil)
+    }
 }
