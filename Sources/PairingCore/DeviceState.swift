@@ -293,7 +293,7 @@ public struct ManagedDevice: Sendable, Hashable {
     }
 
     public struct LastDisconnect: Sendable, Hashable {
-        public var reason: String
+        public var reason: ReportReason
         public var at: Moment
     }
 

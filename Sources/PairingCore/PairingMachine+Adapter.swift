@@ -170,9 +170,9 @@ extension PairingMachine {
             case .restoring, .connecting, .discovering, .connected, .waitingForDevice:
                 // A link lost moments ago was the adapter's (bluetoothd stopping drops the links
                 // before it powers the adapter off): its last disconnect says so.
-                if case .waitingForDevice = d.state, let last = d.lastDisconnect, last.reason != ReportReason.adapterGone.token,
+                if case .waitingForDevice = d.state, let last = d.lastDisconnect, last.reason != .adapterGone,
                    now.since(last.at) <= DisconnectClassifier.causeWindow {
-                    slots[i].lastDisconnect = .init(reason: ReportReason.adapterGone.token, at: last.at)
+                    slots[i].lastDisconnect = .init(reason: .adapterGone, at: last.at)
                 }
                 move(i, to: .adapterUnavailable, now, &actions, reason: .adapterGone)
             case .adapterUnavailable, .disconnected, .needsRepair:

@@ -143,7 +143,7 @@ extension PairingMachine {
                 // while still up: the wearable was there a moment ago, so connect again now.
                 startConnect(i, attempt: 1, now, &actions)
             case .linkLoss(let reason):
-                slots[i].lastDisconnect = .init(reason: ReportReason.linkLoss(reason).token, at: now)
+                slots[i].lastDisconnect = .init(reason: .linkLoss(reason), at: now)
                 if link.setupVerdict == nil, unprovenWithinProofWindow(link, now), countSetupFailure(i) {
                     move(i, to: .needsRepair(reason: .suspectedBondLoss), now, &actions)
                 } else {
@@ -153,13 +153,13 @@ extension PairingMachine {
                 // Unreachable with weAskedForIt == false (our own disconnects leave these states
                 // first); in a release build, waiting is the state that forgets nothing.
                 assertionFailure("linkDown: 'requested' verdict without a disconnect of ours pending (\(a))")
-                slots[i].lastDisconnect = .init(reason: ReportReason.local.token, at: now)
+                slots[i].lastDisconnect = .init(reason: .local, at: now)
                 waitPassively(i, now, &actions, reason: .local)
             case .bondLost(let reason):
-                slots[i].lastDisconnect = .init(reason: reason.token, at: now)
+                slots[i].lastDisconnect = .init(reason: .repair(reason), at: now)
                 move(i, to: .needsRepair(reason: reason), now, &actions)
             case .adapterGone:
-                slots[i].lastDisconnect = .init(reason: ReportReason.adapterGone.token, at: now)
+                slots[i].lastDisconnect = .init(reason: .adapterGone, at: now)
                 move(i, to: .adapterUnavailable, now, &actions, reason: .adapterGone)
             }
         case .connecting(.backingOff, let attempt, let c) where ownDrop && c.id.purpose == .linkDown && verdict == .requested:

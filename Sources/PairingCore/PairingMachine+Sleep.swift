@@ -141,7 +141,7 @@ extension PairingMachine {
     /// `host-asleep`; its drop is not counted.
     mutating func letGoForSleep(_ i: Int, _ now: Moment, _ actions: inout [Action]) {
         slots[i].ownDrop = nil
-        slots[i].lastDisconnect = .init(reason: HostWatch.asleepReason, at: now)
+        slots[i].lastDisconnect = .init(reason: .hostAsleep, at: now)
         if host.asleep {
             waitPassively(i, now, &actions, reason: .hostAsleep, kind: .hostAsleep)
         } else {

@@ -13,7 +13,7 @@ struct ReconnectScenarioTests {
         #expect(h.stateName(watch) == "waitingForDevice")
         #expect(out.connects() == 0, "no Connect storm: the kernel's auto-connect waits for it")
         #expect(out.reports(.linkLost).count == 1)
-        #expect(h.machine.devices[watch]?.lastDisconnect?.reason == "link-loss")
+        #expect(h.machine.devices[watch]?.lastDisconnect?.reason.token == "link-loss")
         #expect(h.machine.devices[watch]?.lastDisconnect?.at == .at(100))
 
         // Away for hours: every fallback interval one Connect, which fails after BlueZ's ~40 s.
@@ -96,7 +96,7 @@ struct ReconnectScenarioTests {
             #expect(out.reports(.needsRepair).count == 1)
         case .timeout, .remote, .unknown, .suspend, .local:
             #expect(h.stateName(watch) == "waitingForDevice")
-            #expect(h.machine.devices[watch]?.lastDisconnect?.reason == reason.token)
+            #expect(h.machine.devices[watch]?.lastDisconnect?.reason.token == reason.token)
         }
         #expect(out.connects() == 0)
     }
