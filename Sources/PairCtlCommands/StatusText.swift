@@ -15,28 +15,28 @@ import Glibc
 enum StatusText {
     /// The words text output uses for a state (JSON and `watch` lines keep the machine's names).
     static func human(_ state: String) -> String {
-        switch state {
-        case "restoring": "starting up"
-        case "connecting": "connecting"
-        case "discovering": "setting up the link"
-        case "connected": "connected"
-        case "waitingForDevice": "out of range"
-        case "disconnected": "disconnected (as you asked)"
-        case "needsRepair": "needs pairing again"
-        case "adapterUnavailable": "Bluetooth unavailable"
-        default: state
+        switch DeviceState.Kind(token: state) {
+        case .restoring?: "starting up"
+        case .connecting?: "connecting"
+        case .discovering?: "setting up the link"
+        case .connected?: "connected"
+        case .waitingForDevice?: "out of range"
+        case .disconnected?: "disconnected (as you asked)"
+        case .needsRepair?: "needs pairing again"
+        case .adapterUnavailable?: "Bluetooth unavailable"
+        case nil: state // a state this pairctl does not know (a newer paird's): as it came
         }
     }
 
     /// The state in words, with the next step where there is one.
     static func describe(_ d: StatusDocument.Device) -> String {
-        switch d.state {
-        case "needsRepair":
+        switch DeviceState.Kind(token: d.state) {
+        case .needsRepair?:
             "needs pairing again\(d.repairReason.map { " (\(RepairReason(rawValue: $0)?.explanation ?? $0.terminalSafe))" } ?? ""): run `pairctl pair \(d.address)`"
-        case "disconnected": "disconnected (as you asked): `pairctl connect \(d.address)` to bring it back"
-        case "waitingForDevice": "out of range: paird reconnects it when it comes back"
-        case "adapterUnavailable": "Bluetooth unavailable: paird reconnects it when the adapter is back"
-        default: human(d.state)
+        case .disconnected?: "disconnected (as you asked): `pairctl connect \(d.address)` to bring it back"
+        case .waitingForDevice?: "out of range: paird reconnects it when it comes back"
+        case .adapterUnavailable?: "Bluetooth unavailable: paird reconnects it when the adapter is back"
+        case nil, .restoring?, .connecting?, .discovering?, .connected?: human(d.state)
         }
     }
 
@@ -151,13 +151,13 @@ enum StatusText {
         let type = d.addressType == "random" ? " (random address)" : ""
         let head = "\(d.name.isEmpty ? "(no name)" : d.name.terminalSafe) \(d.address.terminalSafe)\(type): "
         var items: [String] = []
-        switch d.state {
-        case "needsRepair":
+        switch DeviceState.Kind(token: d.state) {
+        case .needsRepair?:
             items.append("needs pairing again\(d.repairReason.map { " (\(RepairReason(rawValue: $0)?.explanation ?? $0.terminalSafe))" } ?? "")")
             items.append("run `pairctl pair \(d.address)`")
-        case "disconnected": items += ["disconnected (as you asked)", "`pairctl connect \(d.address)` brings it back"]
-        case "waitingForDevice": items += ["out of range", "paird reconnects it when it comes back"]
-        case "adapterUnavailable":
+        case .disconnected?: items += ["disconnected (as you asked)", "`pairctl connect \(d.address)` brings it back"]
+        case .waitingForDevice?: items += ["out of range", "paird reconnects it when it comes back"]
+        case .adapterUnavailable?:
             if let own {
                 items += ["waiting for adapter \(adapterName(own)), which holds its bond", "paird reconnects it when that adapter is back"]
             } else if let bond = d.bondAdapter, let inUse = adapter?.address, adapter?.present == true, bond.uppercased() != inUse.uppercased() {
@@ -166,7 +166,7 @@ enum StatusText {
             } else {
                 items += ["Bluetooth unavailable", "paird reconnects it when the adapter is back"]
             }
-        default: items.append(human(d.state))
+        case nil, .restoring?, .connecting?, .discovering?, .connected?: items.append(human(d.state))
         }
         if let own, d.state != "adapterUnavailable", let name = own.name { items.append("on \(name.terminalSafe)") }
         items.append("since \(relative(d.since, now))")

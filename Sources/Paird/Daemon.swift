@@ -497,7 +497,7 @@ public final class Daemon {
         log.log(entry.priority, entry.message, id: Log.MessageID.forReport(r.kind), fieldList: entry.fields)
         if let a = r.device {
             try? bus.emitSignal(path: PairdAPI.objectPath, interface: PairdAPI.interface, member: "StateChanged",
-                                args: [.string(a.description), .string(r.to), .string(r.reason ?? "")])
+                                args: [.string(a.description), .string(r.toToken), .string(r.reasonToken ?? "")])
         }
     }
 

@@ -18,45 +18,47 @@ struct JournalEntry {
             message = n == 0 ? "\(who) reconnected (the kernel's auto-connect)" : "\(who) reconnected after \(n) Connect attempt(s)"
         case .hostAsleep: message = "\(who) let go: the host is going to sleep; paird brings it back after the resume"
         case .resumeEscalation:
-            let step = Self.resumeStep(r)
-            let detail = r.reason.map { String($0.drop { $0 != " " }).trimmingPrefix(" ") } ?? ""
-            switch step {
+            let escalation: ResumeEscalation? = if case .resume(let e)? = r.reason { e } else { nil }
+            let detail = escalation?.detail ?? ""
+            switch escalation?.step {
             case .autoConnect?: message = "after the resume: the auto-connect registered again; paird's Connect() follows the head start"
             case .away?: message = "\(who) not back after the resume \(detail), while another one is (or the adapter was power-cycled): away, waiting for it"
             case .powerCycle?: message = "\(who) not back after the resume, nor any other wearable: power-cycling the adapter (\(detail))"
             case .capReached?: message = "\(who) not back after the resume, nor any other: no power cycle, as many in a row brought nothing back (\(detail)); waiting"
-            case nil: message = "after the resume: \(r.reason ?? "?")"
+            case nil: message = "after the resume: \(r.reasonToken ?? "?")"
             }
         case .adapterWedged:
-            let words = (r.reason ?? "").split(separator: " ")
-            let adapter = words.count > 2 ? String(words[2]) : "the adapter"
-            let count = words.count > 1 ? String(words[1]) : "?"
-            let done = count.split(separator: "/").first.map(String.init) ?? count
-            if words.first == "cap-reached" {
+            let wedge: WedgeReport? = if case .wedge(let w)? = r.reason { w } else { nil }
+            switch wedge {
+            case .capReached(let done, let cap, let adapter)?:
                 message = "adapter \(adapter) still refuses every wearable's connection after \(done) power cycle(s) in a row "
-                    + "([Connection] WedgePowerCycles = \(count.split(separator: "/").last.map(String.init) ?? "?")): "
+                    + "([Connection] WedgePowerCycles = \(cap)): "
                     + "no more (paird cannot reset it further: that needs CAP_NET_ADMIN, which its unit does not have); "
                     + "unplug and replug it, or `btmgmt --index N power off` then `power on`; its wearables wait for it"
-            } else {
+            case .powerCycle(let attempt, let cap, let adapter)?:
                 message = "adapter \(adapter) refuses every wearable's connection at once (taken for wedged, not for lost bonds): "
-                    + "power-cycling it (\(count)); its wearables wait for it"
+                    + "power-cycling it (\(attempt)/\(cap)); its wearables wait for it"
+            case nil:
+                message = "adapter the adapter refuses every wearable's connection at once (taken for wedged, not for lost bonds): "
+                    + "power-cycling it (?); its wearables wait for it"
             }
-        case .linkLost: message = "\(who) link lost (\(r.reason ?? "unknown")), waiting for it to come back"
+        case .linkLost: message = "\(who) link lost (\(r.reasonToken ?? "unknown")), waiting for it to come back"
         case .needsRepair:
             // The token in brackets as always; where the reason has more to say (a reset wearable
             // crashing this kernel: issue 49), its words too, and the one command that fixes it.
-            let why = r.reason.flatMap(RepairReason.init(rawValue:)).map { $0 == .bluetoothdDiedOnLink ? ": \($0.explanation)" : "" } ?? ""
-            message = "\(who) needs re-pairing (\(r.reason ?? "bond lost"))\(why): run pairctl pair \(r.device.map { "\($0)" } ?? "")"
+            let repair: RepairReason? = if case .repair(let rr)? = r.reason { rr } else { nil }
+            let why = repair.map { $0 == .bluetoothdDiedOnLink ? ": \($0.explanation)" : "" } ?? ""
+            message = "\(who) needs re-pairing (\(r.reasonToken ?? "bond lost"))\(why): run pairctl pair \(r.device.map { "\($0)" } ?? "")"
                 + (why.isEmpty ? "" : " (it removes the old bond, then pairs)")
         case .unpaired: message = "\(who) unpaired"
         case .userDisconnected: message = "\(who) disconnected on request; it stays down until pairctl connect"
         case .adapterLost: message = "\(who) adapter unavailable"
-        case .pairingFailed: message = "pairing failed: \(r.reason ?? "unknown")"
+        case .pairingFailed: message = "pairing failed: \(r.reasonToken ?? "unknown")"
         case .pairingRefused:
-            message = "\(who): refused BlueZ's pairing question (\(r.reason ?? "unknown")): no pairing of it was started with pairctl pair"
-        case .stateChanged: message = "\(who) \(r.from) → \(r.to)" + (r.reason.map { " (\($0))" } ?? "")
+            message = "\(who): refused BlueZ's pairing question (\(r.reasonToken ?? "unknown")): no pairing of it was started with pairctl pair"
+        case .stateChanged: message = "\(who) \(r.fromToken) → \(r.toToken)" + (r.reasonToken.map { " (\($0))" } ?? "")
         case .characteristicMissing:
-            message = "\(who): no characteristic \(r.reason ?? "?") on its link (a firmware update dropped it, or BlueZ lost it: "
+            message = "\(who): no characteristic \(r.reasonToken ?? "?") on its link (a firmware update dropped it, or BlueZ lost it: "
                 + "if the wearable still has it, `pairctl unpair` and `pairctl pair` make BlueZ read its services anew); not retried"
         }
         switch r.kind {
@@ -68,9 +70,9 @@ struct JournalEntry {
         }
         fields = [
             ("PAIRD_DEVICE", r.device?.description ?? ""),
-            ("PAIRD_STATE", r.to),
-            ("PAIRD_PREVIOUS_STATE", r.from),
-            ("PAIRD_REASON", r.reason ?? ""),
+            ("PAIRD_STATE", r.toToken),
+            ("PAIRD_PREVIOUS_STATE", r.fromToken),
+            ("PAIRD_REASON", r.reasonToken ?? ""),
             ("PAIRD_ATTEMPT", r.attempt.map(String.init) ?? ""),
             ("PAIRD_EVENT", r.kind.rawValue),
         ]
@@ -78,7 +80,7 @@ struct JournalEntry {
 
     /// The step a `resumeEscalation` report names: the first word of its reason.
     static func resumeStep(_ r: Report) -> ResumeStep? {
-        r.reason.flatMap { $0.split(separator: " ").first.map(String.init) }.flatMap(ResumeStep.init(rawValue:))
+        if case .resume(let e)? = r.reason { e.step } else { nil }
     }
 }
 

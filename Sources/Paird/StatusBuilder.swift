@@ -33,7 +33,7 @@ extension StatusDocument {
             return Device(
                 address: d.address.description, name: d.identity.name, state: d.state.name, wanted: d.wanted.rawValue,
                 since: wall(d.since),
-                lastDisconnect: d.lastDisconnect.map { .init(reason: $0.reason, at: wall($0.at)) },
+                lastDisconnect: d.lastDisconnect.map { .init(reason: $0.reason.token, at: wall($0.at)) },
                 reconnectAttempts: d.reconnectAttempts, battery: battery[d.address].map(Int.init),
                 services: d.identity.serviceUUIDs, autoConnect: machine.autoConnectArmed.contains(d.address),
                 nextDeadline: (watch?.deadline ?? d.state.countdown?.deadline).map(wall),

@@ -87,13 +87,18 @@ public struct Report: Sendable, Hashable {
     public var kind: Kind
     public var device: DeviceAddress?
     public var name: String
-    public var from: String
-    public var to: String
-    public var reason: String?
+    public var from: ReportState?
+    public var to: ReportState?
+    public var reason: ReportReason?
     public var attempt: Int?
+    /// The reason's words, as the journal, the signal and the record carry them.
+    public var reasonToken: String? { reason?.token }
+    /// The states' words (empty for none), as the journal and the signal carry them.
+    public var fromToken: String { from?.token ?? "" }
+    public var toToken: String { to?.token ?? "" }
 
-    public init(kind: Kind, device: DeviceAddress?, name: String = "", from: String = "", to: String = "",
-                reason: String? = nil, attempt: Int? = nil) {
+    public init(kind: Kind, device: DeviceAddress?, name: String = "", from: ReportState? = nil, to: ReportState? = nil,
+                reason: ReportReason? = nil, attempt: Int? = nil) {
         self.kind = kind
         self.device = device
         self.name = name
@@ -196,12 +201,14 @@ public struct PairingSession: Sendable, Hashable {
         /// Paired; waiting for the device to reach `connected`.
         case settling(DeviceAddress)
 
-        public var name: String {
+        public var name: String { step.token }
+
+        public var step: PairingStep {
             switch self {
-            case .scanning: "scanning"
-            case .removingBond: "removing-old-bond"
-            case .pairing: "pairing"
-            case .settling: "connecting"
+            case .scanning: .scanning
+            case .removingBond: .removingOldBond
+            case .pairing: .pairing
+            case .settling: .settling
             }
         }
 

@@ -125,13 +125,19 @@ public struct AlertDecider: Sendable {
     }
 
     /// The link-health reasons for which paird itself drops a link and makes it again.
-    static let dataRemakeReasons: Set<String> = ["no-data", "probe-timeout", "subscription-lost"]
-    static func isDataRemake(_ reason: String?) -> Bool {
-        guard let r = reason else { return false }
-        return dataRemakeReasons.contains(r) || r.hasPrefix("probe-failed")
+    static func isDataRemake(_ reason: ReportReason?) -> Bool {
+        switch reason {
+        case .health(let h)?:
+            switch h {
+            case .noData, .probeTimeout, .subscriptionLost, .probeFailed: true
+            }
+        case nil, .user?, .local?, .adapterGone?, .bondOnAdapter?, .servicesLost?, .hostAsleep?, .hostResumed?,
+             .onTrialAfterCrashes?, .unresolvableAfterCrash?, .unresolvableAfterBluetoothdLeft?, .adapterWedged?,
+             .resolveTimeout?, .discoveryTimeout?, .linkLoss?, .failure?, .repair?, .wedge?, .resume?,
+             .missingCharacteristics?, .pairing?, .rescan?, .refused?:
+            false
+        }
     }
-    /// States in which a wanted wearable is not connected and paird brings it back.
-    static let pursuedStates: Set<String> = ["restoring", "waitingForDevice", "connecting", "discovering", "adapterUnavailable", "paired"]
 
     public mutating func handle(_ input: Input, now: Moment) -> [Alert] {
         switch input {
@@ -162,7 +168,7 @@ public struct AlertDecider: Sendable {
         case .hostResumed:
             asleep = false
             for a in devices.keys {
-                if devices[a]!.pursued { startAbsence(a, now, reason: "host-asleep") }
+                if devices[a]!.pursued { startAbsence(a, now, reason: ReportReason.hostAsleep.token) }
                 if devices[a]!.connected { devices[a]!.connectedAt = now; devices[a]!.silenceAlerted = false }
             }
             return []
@@ -187,7 +193,7 @@ public struct AlertDecider: Sendable {
     }
 
     mutating func report(_ a: DeviceAddress, _ r: Report, _ now: Moment) -> [Alert] {
-        if r.to == "unpaired" || r.kind == .unpaired {
+        if r.to == .unpaired || r.kind == .unpaired {
             devices[a] = nil
             return []
         }
@@ -205,7 +211,7 @@ public struct AlertDecider: Sendable {
             return []
         }
         switch r.to {
-        case "connected":
+        case .state(.connected)?:
             let sameSilence = d.remakingForData && d.connectedAt != nil
             d.connected = true
             d.pursued = false
@@ -217,7 +223,9 @@ public struct AlertDecider: Sendable {
                 d.silenceAlerted = false
             }
             devices[a] = d
-        case let s where Self.pursuedStates.contains(s):
+        // Pursued: paird brings it back (settling's word is `connecting`, as it always was).
+        case .state(.restoring)?, .state(.waitingForDevice)?, .state(.connecting)?, .state(.discovering)?,
+             .state(.adapterUnavailable)?, .paired?, .pairing(.settling)?:
             if d.connected {
                 d.remakingForData = Self.isDataRemake(r.reason)
                 if !d.remakingForData { d.connectedAt = nil }
@@ -225,8 +233,9 @@ public struct AlertDecider: Sendable {
             d.connected = false
             d.pursued = true
             devices[a] = d
-            startAbsence(a, now, reason: r.reason ?? (r.kind == .adapterLost ? "adapter-unavailable" : nil))
-        default: // disconnected (the user's), needsRepair: not pursued, not away
+            startAbsence(a, now, reason: r.reasonToken ?? (r.kind == .adapterLost ? "adapter-unavailable" : nil))
+        case nil, .state(.disconnected)?, .state(.needsRepair)?, .unpaired?, .refused?, .pairing(.scanning)?,
+             .pairing(.removingOldBond)?, .pairing(.pairing)?: // the user's disconnect, needsRepair: not pursued, not away
             d.connected = false
             d.pursued = false
             d.awayAt = nil
@@ -234,7 +243,7 @@ public struct AlertDecider: Sendable {
             d.remakingForData = false
             devices[a] = d
             if r.kind == .needsRepair {
-                out.append(Alert(kind: .needsRepair, device: a, name: d.name, battery: d.battery, reason: r.reason))
+                out.append(Alert(kind: .needsRepair, device: a, name: d.name, battery: d.battery, reason: r.reasonToken))
             }
         }
         return out

@@ -100,7 +100,7 @@ public struct BluetoothdWatch: Sendable, Hashable {
         /// Stopped by an administrator: paird does not start it.
         case stoppedByAdmin
         /// Gone for a reason paird does not act on (no systemd, another failure): waits.
-        case waiting(reason: String)
+        case waiting(reason: BluetoothdWait)
         /// It kept dying before it was ever ready: `bluetoothdRestartCap` starts; paird waits for someone else.
         case gaveUp
 

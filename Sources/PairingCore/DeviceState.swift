@@ -62,18 +62,7 @@ public enum DeviceState: Sendable, Hashable {
     }
 
     /// The name `pairctl status` shows.
-    public var name: String {
-        switch self {
-        case .restoring: "restoring"
-        case .connecting: "connecting"
-        case .discovering: "discovering"
-        case .connected: "connected"
-        case .waitingForDevice: "waitingForDevice"
-        case .disconnected: "disconnected"
-        case .needsRepair: "needsRepair"
-        case .adapterUnavailable: "adapterUnavailable"
-        }
-    }
+    public var name: String { kind.token }
 
     /// Can transition to: every state each one may move to, by `name` (the doc comment of each case
     /// says when). The property test holds every step of the machine to this table.
@@ -304,7 +293,7 @@ public struct ManagedDevice: Sendable, Hashable {
     }
 
     public struct LastDisconnect: Sendable, Hashable {
-        public var reason: String
+        public var reason: ReportReason
         public var at: Moment
     }
 

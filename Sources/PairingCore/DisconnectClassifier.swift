@@ -56,7 +56,7 @@ public enum DisconnectClassifier {
 
     public enum Verdict: Sendable, Hashable {
         case requested
-        case linkLoss(reason: String)
+        case linkLoss(reason: Reason?)
         case bondLost(reason: RepairReason)
         case adapterGone
     }
@@ -75,7 +75,7 @@ public enum DisconnectClassifier {
         if !e.stillBonded { return .bondLost(reason: .bondRemoved) }
         if e.reason == .authentication { return .bondLost(reason: .authentication) }
         if weAskedForIt { return .requested }
-        return .linkLoss(reason: e.reason?.token ?? "link-loss")
+        return .linkLoss(reason: e.reason)
     }
 }
 

@@ -150,7 +150,7 @@ public struct HistoryRecorder: Sendable {
     mutating func stateChanged(_ a: DeviceAddress, _ r: Report, _ now: Moment) -> [HistoryRecord] {
         var d = devices[a] ?? Device(name: r.name)
         if !r.name.isEmpty { d.name = r.name }
-        defer { if r.to == "unpaired" { devices[a] = nil } else { devices[a] = d } }
+        defer { if r.to == .unpaired { devices[a] = nil } else { devices[a] = d } }
         let new: (HistoryRecord.Condition, String?, String?)
         if r.kind == .hostAsleep, asleep {
             // Its link let go for the sleep: left out of availability until the resume.
@@ -161,17 +161,17 @@ public struct HistoryRecorder: Sendable {
             new = (.away, HistoryRecord.Reason.hostAsleep, nil)
         } else {
         switch r.to {
-        case "connected":
+        case .state(.connected)?:
             new = (.connected, nil, nil)
-        case "disconnected":
+        case .state(.disconnected)?:
             new = (.unwanted, HistoryRecord.Reason.user, nil)
-        case "unpaired":
+        case .unpaired?:
             new = (.unwanted, HistoryRecord.Reason.unpaired, nil)
-        case "paired":
+        case .paired?:
             new = (.away, HistoryRecord.Reason.connecting, "paired")
-        case "needsRepair":
-            new = (.down, HistoryRecord.Reason.bondLost, r.reason)
-        case "adapterUnavailable":
+        case .state(.needsRepair)?:
+            new = (.down, HistoryRecord.Reason.bondLost, r.reasonToken)
+        case .state(.adapterUnavailable)?:
             let reason = bluetoothdGone ? HistoryRecord.Reason.bluetoothdGone : HistoryRecord.Reason.adapterGone
             if d.condition == .away, d.reason == HistoryRecord.Reason.linkLoss, causedNow(d, now) {
                 // The link was lost moments before its adapter (or bluetoothd) went: their drop,
@@ -183,17 +183,20 @@ public struct HistoryRecorder: Sendable {
                         HistoryRecord(kind: .change, at: t, device: a.description, name: d.name, condition: .down, reason: reason)]
             }
             new = (.down, reason, nil)
-        default: // restoring, connecting, discovering, waitingForDevice: pursued, not connected
-            if ["connecting", "discovering"].contains(r.to), !["connecting", "discovering"].contains(r.from) || d.attemptAt == nil {
+        case nil, .state(.restoring)?, .state(.connecting)?, .state(.discovering)?, .state(.waitingForDevice)?,
+             .refused?, .pairing?: // restoring, connecting, discovering, waitingForDevice: pursued, not connected
+            if Self.isAttempt(r.to), !Self.isAttempt(r.from) || d.attemptAt == nil {
                 d.attemptAt = now
-            } else if !["connecting", "discovering"].contains(r.to) {
+            } else if !Self.isAttempt(r.to) {
                 d.attemptAt = nil
             }
             switch d.condition {
             case .connected:
                 // paird's own word when it has one (BlueZ's reason, no-data, probe-timeout…).
-                new = (.away, HistoryRecord.Reason.linkLoss, r.reason == HistoryRecord.Reason.linkLoss ? nil : r.reason)
-            case .down where d.reason == HistoryRecord.Reason.starting && r.to == "waitingForDevice":
+                // A bare link loss (no word from BlueZ) says nothing more than the condition's reason.
+                let detail: String? = if case .linkLoss(nil)? = r.reason { nil } else { r.reasonToken }
+                new = (.away, HistoryRecord.Reason.linkLoss, detail)
+            case .down where d.reason == HistoryRecord.Reason.starting && r.to == .state(.waitingForDevice):
                 // paird's start found it not connected: it is away, not down.
                 new = (.away, HistoryRecord.Reason.awayAtStart, nil)
             case .away, .down:
@@ -202,7 +205,7 @@ public struct HistoryRecorder: Sendable {
                 return [] // asleep: the resume decides
             case .unwanted:
                 new = (.away, HistoryRecord.Reason.connecting, nil)
-            case nil where r.to == "waitingForDevice":
+            case nil where r.to == .state(.waitingForDevice):
                 new = (.away, HistoryRecord.Reason.awayAtStart, nil) // found not connected at paird's start
             case nil:
                 new = (.down, HistoryRecord.Reason.starting, nil)
@@ -293,6 +296,19 @@ extension HistoryRecorder {
         case .report(let r): .report(r)
         case .bluetoothdReport(.crashed): .bluetoothdCrashed
         default: nil
+        }
+    }
+}
+
+extension HistoryRecorder {
+    /// A connection attempt under way: `connecting` or `discovering` (a pairing's settling is
+    /// said as `connecting` too).
+    static func isAttempt(_ s: ReportState?) -> Bool {
+        switch s {
+        case .state(.connecting)?, .state(.discovering)?, .pairing(.settling)?: true
+        case nil, .state(.restoring)?, .state(.connected)?, .state(.waitingForDevice)?, .state(.disconnected)?,
+             .state(.needsRepair)?, .state(.adapterUnavailable)?, .paired?, .unpaired?, .refused?,
+             .pairing(.scanning)?, .pairing(.removingOldBond)?, .pairing(.pairing)?: false
         }
     }
 }

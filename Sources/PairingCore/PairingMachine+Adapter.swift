@@ -21,7 +21,7 @@ extension PairingMachine {
                 // Its bond is on another adapter: it waits for that one, never tried here (and
                 // never paired again here but by the user's `pairctl pair`).
                 if case .restoring = d.state {
-                    move(i, to: .adapterUnavailable, now, &actions, reason: "bond-on-adapter \(bondOn)")
+                    move(i, to: .adapterUnavailable, now, &actions, reason: .bondOnAdapter(bondOn))
                 }
                 continue
             }
@@ -89,7 +89,7 @@ extension PairingMachine {
                 // once by it and only adds a round (BENCHMARKS.md §5).
                 slots[i].ownDrop = Link(upAt: now)
                 actions.append(.disconnect(a))
-                return restoreConnect(i, now, &actions, reason: bluetoothd.crashedSinceReady ? "unresolvable-after-crash" : "unresolvable-after-bluetoothd-left")
+                return restoreConnect(i, now, &actions, reason: bluetoothd.crashedSinceReady ? .unresolvableAfterCrash : .unresolvableAfterBluetoothdLeft)
             }
             // Unresolved otherwise (a paird restart, bluetoothd seen for the first time), it gets
             // the short resolve countdown: such a link may have no ATT channel and would
@@ -106,7 +106,7 @@ extension PairingMachine {
     /// the user's `connect`: the kernel's auto-connect first (the wearable may be advertising right
     /// now), one Connect() of our own when `autoConnectHeadStart` runs out, as after any wait;
     /// 0 = Connect() at once.
-    mutating func restoreConnect(_ i: Int, _ now: Moment, _ actions: inout [Action], reason: String? = nil, kind: Report.Kind? = nil) {
+    mutating func restoreConnect(_ i: Int, _ now: Moment, _ actions: inout [Action], reason: ReportReason? = nil, kind: Report.Kind? = nil) {
         guard headStartNanos > 0 else { return startConnect(i, attempt: 1, now, &actions) }
         let a = slots[i].address
         move(i, to: .waitingForDevice(.fallbackDue(countdown: countdown(.device(a), .fallbackConnect, now.advanced(byNanoseconds: headStartNanos)))),
@@ -170,11 +170,11 @@ extension PairingMachine {
             case .restoring, .connecting, .discovering, .connected, .waitingForDevice:
                 // A link lost moments ago was the adapter's (bluetoothd stopping drops the links
                 // before it powers the adapter off): its last disconnect says so.
-                if case .waitingForDevice = d.state, let last = d.lastDisconnect, last.reason != "adapter-gone",
+                if case .waitingForDevice = d.state, let last = d.lastDisconnect, last.reason != .adapterGone,
                    now.since(last.at) <= DisconnectClassifier.causeWindow {
-                    slots[i].lastDisconnect = .init(reason: "adapter-gone", at: last.at)
+                    slots[i].lastDisconnect = .init(reason: .adapterGone, at: last.at)
                 }
-                move(i, to: .adapterUnavailable, now, &actions, reason: "adapter-gone")
+                move(i, to: .adapterUnavailable, now, &actions, reason: .adapterGone)
             case .adapterUnavailable, .disconnected, .needsRepair:
                 break
             }

@@ -6,7 +6,7 @@ extension PairingMachine {
                              _ actions: inout [Action]) {
         guard var p = pairing, case .pairing(let c, let call, let pending) = p.phase, c.address == a else {
             actions.append(.answerAgent(request: request, .reject("no pairing of \(a) was started with pairctl pair")))
-            actions.append(.report(Report(kind: .pairingRefused, device: a, to: "refused", reason: question.token)))
+            actions.append(.report(Report(kind: .pairingRefused, device: a, to: .refused, reason: .refused(question))))
             return
         }
         if let pending {

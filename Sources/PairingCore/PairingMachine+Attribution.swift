@@ -129,7 +129,7 @@ extension PairingMachine {
         let a = slots[i].address
         let d = slots[i]
         let bondEvidence = d.deathsOnLink.inSetUp >= Self.deathsBeforeAttribution
-            || d.lastDisconnect?.reason == RepairReason.authentication.token
+            || d.lastDisconnect?.reason == .repair(.authentication)
         let reason: RepairReason = bondEvidence ? .bluetoothdDiedOnLink : .bluetoothdCrashes
         slots[i].deathsOnLink = DeathsOnLink()
         if slots[i].bluetoothdCrashedOnLink {

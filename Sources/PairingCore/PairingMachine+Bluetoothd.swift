@@ -48,16 +48,16 @@ extension PairingMachine {
             bluetoothd.phase = .asking(queries: queries, countdown: c)
             actions.append(.arm(c))
         case .notSettled, .unknown:
-            bluetoothd.phase = .waiting(reason: unit == nil ? "no systemd unit" : "systemd did not settle bluetooth.service")
+            bluetoothd.phase = .waiting(reason: unit == nil ? .noSystemdUnit : .unitNotSettled)
             actions.append(.bluetoothdReport(.waiting(unit: unit)))
         case .stopped:
             bluetoothd.phase = .stoppedByAdmin
             actions.append(.bluetoothdReport(.stopped))
         case .failedOther:
-            bluetoothd.phase = .waiting(reason: unit!.result)
+            bluetoothd.phase = .waiting(reason: .unitResult(unit!.result))
             actions.append(.bluetoothdReport(.waiting(unit: unit)))
         case .crashedSystemdRestarts:
-            bluetoothd.phase = .waiting(reason: "systemd restarts it")
+            bluetoothd.phase = .waiting(reason: .systemdRestarts)
             crashed(unit!, action: "systemd restarts it", attempt: nil, now, &actions)
         case .crashed:
             bluetoothd.crashedRun = unit!.execMainStart
@@ -100,7 +100,7 @@ extension PairingMachine {
     /// bluetoothd it did not see leave). Only the first answer counts: later ones are stale.
     mutating func bluetoothdAbsent(_ now: Moment, _ actions: inout [Action]) {
         guard bluetoothd.phase == .unknown else { return }
-        bluetoothd.phase = .waiting(reason: "not on the bus when paird started")
+        bluetoothd.phase = .waiting(reason: .notOnBusAtStart)
     }
 
     /// `org.bluez` has an owner: for the first time since paird started, or again.
@@ -205,7 +205,7 @@ extension PairingMachine {
             guard let i = slot[a], slots[i].state == .needsRepair(reason: .bluetoothdCrashes), slots[i].wanted == .connected else { continue }
             bluetoothd.onTrial = a
             actions.append(.setTrusted(a, true))
-            restoreConnect(i, now, &actions, reason: "on-trial-after-crashes")
+            restoreConnect(i, now, &actions, reason: .onTrialAfterCrashes)
         }
     }
 }

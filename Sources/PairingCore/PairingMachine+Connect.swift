@@ -33,7 +33,7 @@ extension PairingMachine {
     /// armed for this device (no wake-ups however long the wearable is away, and no Connect() to
     /// meet the wearable as it returns: BENCHMARKS.md finding 15); otherwise one fallback
     /// Connect() every `fallbackInterval`.
-    mutating func waitPassively(_ i: Int, _ now: Moment, _ actions: inout [Action], reason: String? = nil, kind: Report.Kind? = nil) {
+    mutating func waitPassively(_ i: Int, _ now: Moment, _ actions: inout [Action], reason: ReportReason? = nil, kind: Report.Kind? = nil) {
         let a = slots[i].address
         let phase: DeviceState.WaitPhase = autoConnectCovers(i)
             ? .onAutoConnect
@@ -89,20 +89,20 @@ extension PairingMachine {
             let attempt = retryable!
             let delay = config.backoff.delay(attempt: attempt, unit: rng.nextUnit())
             move(i, to: .connecting(.backingOff, attempt: attempt, countdown: countdown(.device(a), .retryBackoff, now + delay)),
-                 now, &actions, reason: f.token, attempt: attempt)
+                 now, &actions, reason: .failure(f), attempt: attempt)
         case .transient, .deviceAbsent:
-            waitPassively(i, now, &actions, reason: f.token)
+            waitPassively(i, now, &actions, reason: .failure(f))
         case .bondLost:
             move(i, to: .needsRepair(reason: RepairReason(bondFailure: f)), now, &actions)
         case .adapterGone:
-            move(i, to: .adapterUnavailable, now, &actions, reason: f.token)
+            move(i, to: .adapterUnavailable, now, &actions, reason: .failure(f))
         }
     }
 
     /// Drops a link that is not usable (its countdown ran out, or it cannot resolve) and connects
     /// again after the first backoff step. It is our own disconnect, so the link-down that follows
     /// finds us `connecting` and is not a link loss.
-    mutating func dropUnusableLink(_ i: Int, _ link: Link, _ now: Moment, _ actions: inout [Action], reason: String) {
+    mutating func dropUnusableLink(_ i: Int, _ link: Link, _ now: Moment, _ actions: inout [Action], reason: ReportReason) {
         let a = slots[i].address
         var dropped = link
         dropped.adoptedUnresolved = false
@@ -157,7 +157,7 @@ extension PairingMachine {
                     move(i, to: .needsRepair(reason: .suspectedBondLoss), now, &actions)
                     return
                 }
-                dropUnusableLink(i, link, now, &actions, reason: id.purpose == .resolve ? "resolve-timeout" : "discovery-timeout")
+                dropUnusableLink(i, link, now, &actions, reason: id.purpose == .resolve ? .resolveTimeout : .discoveryTimeout)
             case .waitingForDevice(.fallbackDue):
                 fallbackConnect(i, now, &actions)
             case .connected(let link, let health):

@@ -66,7 +66,7 @@ extension PairingMachine {
             return
         }
         guard slots[i].healthRemakes < config.healthRemakesInRow else { return } // given up on this wearable until it delivers
-        remakeForHealth(i, link, now, &actions, reason: "subscription-lost", weak: true)
+        remakeForHealth(i, link, now, &actions, reason: .subscriptionLost, weak: true)
     }
 
     mutating func probeFinished(_ a: DeviceAddress, _ call: UInt64, _ result: ProbeResult, _ now: Moment, _ actions: inout [Action]) {
@@ -83,7 +83,7 @@ extension PairingMachine {
             move(i, to: .connected(link, health: .quiet), now, &actions)
             actions.append(.resubscribe(a, characteristic: ch))
         case .failed(let f):
-            remakeForHealth(i, link, now, &actions, reason: "probe-failed:\(f.token)", weak: false)
+            remakeForHealth(i, link, now, &actions, reason: .probeFailed(f), weak: false)
         }
     }
 
@@ -94,7 +94,7 @@ extension PairingMachine {
         case .quiet:
             return
         case .awaitingFirstData:
-            remakeForHealth(i, link, now, &actions, reason: "no-data", weak: true)
+            remakeForHealth(i, link, now, &actions, reason: .noData, weak: true)
         case .watchingSilence:
             guard let (ch, due) = silenceDue(i, link) else {
                 move(i, to: .connected(link, health: .quiet), now, &actions)
@@ -110,15 +110,15 @@ extension PairingMachine {
                                                           countdown(.device(a), .probe, now + config.probeTimeout))), now, &actions)
             actions.append(.probe(a, call: call, characteristic: ch, timeout: config.probeTimeout))
         case .probing:
-            remakeForHealth(i, link, now, &actions, reason: "probe-timeout", weak: false)
+            remakeForHealth(i, link, now, &actions, reason: .probeTimeout, weak: false)
         }
     }
 
     /// Ends the link and makes it again; `weak` reasons (no data, subscriptions ending) count
     /// toward `healthRemakesInRow`.
-    mutating func remakeForHealth(_ i: Int, _ link: Link, _ now: Moment, _ actions: inout [Action], reason: String, weak: Bool) {
+    mutating func remakeForHealth(_ i: Int, _ link: Link, _ now: Moment, _ actions: inout [Action], reason: HealthReason, weak: Bool) {
         if weak { slots[i].healthRemakes += 1 }
-        dropUnusableLink(i, link, now, &actions, reason: reason)
+        dropUnusableLink(i, link, now, &actions, reason: .health(reason))
     }
 }
 

@@ -50,9 +50,9 @@ extension PairingMachine {
             // Untrusted + Disconnect() also turns BlueZ's auto-connect off for it (device.c dev_disconnect).
             actions.append(.setTrusted(a, false))
             actions.append(.disconnect(a))
-            move(i, to: .disconnected, now, &actions, reason: "user")
+            move(i, to: .disconnected, now, &actions, reason: .user)
         case .restoring, .adapterUnavailable:
-            move(i, to: .disconnected, now, &actions, reason: "user")
+            move(i, to: .disconnected, now, &actions, reason: .user)
         case .disconnected, .needsRepair:
             break
         }
@@ -67,7 +67,7 @@ extension PairingMachine {
         if bluetoothd.onTrial == a { endTrial(now, &actions) }
         actions.append(.removeDevice(a))
         actions.append(.persist)
-        actions.append(.report(Report(kind: .unpaired, device: a, name: d.identity.name, from: d.state.name, to: "unpaired")))
+        actions.append(.report(Report(kind: .unpaired, device: a, name: d.identity.name, from: .state(d.state.kind), to: .unpaired)))
     }
 }
 

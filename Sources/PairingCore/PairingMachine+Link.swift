@@ -98,7 +98,7 @@ extension PairingMachine {
         }
         // The set-up starts again: so does the window for its proof.
         let link = Link(upAt: now, setupVerdict: old.setupVerdict ?? (counted ? .counted : .excused))
-        move(i, to: .discovering(link, countdown: discoveryCountdown(a, now)), now, &actions, reason: "services-lost")
+        move(i, to: .discovering(link, countdown: discoveryCountdown(a, now)), now, &actions, reason: .servicesLost)
     }
 
     mutating func setUpLinkFinished(_ a: DeviceAddress, _ failure: BlueZFailure?, _ now: Moment, _ actions: inout [Action]) {
@@ -143,24 +143,24 @@ extension PairingMachine {
                 // while still up: the wearable was there a moment ago, so connect again now.
                 startConnect(i, attempt: 1, now, &actions)
             case .linkLoss(let reason):
-                slots[i].lastDisconnect = .init(reason: reason, at: now)
+                slots[i].lastDisconnect = .init(reason: .linkLoss(reason), at: now)
                 if link.setupVerdict == nil, unprovenWithinProofWindow(link, now), countSetupFailure(i) {
                     move(i, to: .needsRepair(reason: .suspectedBondLoss), now, &actions)
                 } else {
-                    waitPassively(i, now, &actions, reason: reason)
+                    waitPassively(i, now, &actions, reason: .linkLoss(reason))
                 }
             case .requested:
                 // Unreachable with weAskedForIt == false (our own disconnects leave these states
                 // first); in a release build, waiting is the state that forgets nothing.
                 assertionFailure("linkDown: 'requested' verdict without a disconnect of ours pending (\(a))")
-                slots[i].lastDisconnect = .init(reason: "local", at: now)
-                waitPassively(i, now, &actions, reason: "local")
+                slots[i].lastDisconnect = .init(reason: .local, at: now)
+                waitPassively(i, now, &actions, reason: .local)
             case .bondLost(let reason):
-                slots[i].lastDisconnect = .init(reason: reason.token, at: now)
+                slots[i].lastDisconnect = .init(reason: .repair(reason), at: now)
                 move(i, to: .needsRepair(reason: reason), now, &actions)
             case .adapterGone:
-                slots[i].lastDisconnect = .init(reason: "adapter-gone", at: now)
-                move(i, to: .adapterUnavailable, now, &actions, reason: "adapter-gone")
+                slots[i].lastDisconnect = .init(reason: .adapterGone, at: now)
+                move(i, to: .adapterUnavailable, now, &actions, reason: .adapterGone)
             }
         case .connecting(.backingOff, let attempt, let c) where ownDrop && c.id.purpose == .linkDown && verdict == .requested:
             // The unusable link we dropped is down: connect again now (`dropUnusableLink`).
@@ -277,6 +277,6 @@ extension PairingMachine {
         slots[i].missingCharacteristics = missing
         guard !newlyMissing.isEmpty else { return }
         actions.append(.report(Report(kind: .characteristicMissing, device: a, name: slots[i].identity.name,
-                                      to: slots[i].state.name, reason: newlyMissing.sorted().joined(separator: " "))))
+                                      to: .state(slots[i].state.kind), reason: .missingCharacteristics(newlyMissing.sorted()))))
     }
 }

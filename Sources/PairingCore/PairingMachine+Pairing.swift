@@ -199,7 +199,7 @@ extension PairingMachine {
         p.countdown = settle
         pairing = p
         actions.append(.persist)
-        actions.append(.report(Report(kind: .paired, device: a, name: c.name, to: "paired")))
+        actions.append(.report(Report(kind: .paired, device: a, name: c.name, to: .paired)))
         actions.append(.pairingProgress(.paired(a)))
         actions.append(.setTrusted(a, true))
         if let i = slot[a] { startConnect(i, attempt: 1, now, &actions) }
@@ -226,8 +226,8 @@ extension PairingMachine {
         actions.append(.arm(scan))
         actions.append(.arm(restart))
         // Said as a pairing-session step (the pairing goes on), not as a failed pairing.
-        actions.append(.report(Report(kind: .stateChanged, device: c.address, name: c.name, from: "pairing", to: "scanning",
-                                      reason: "\(failure.token) on a private address, rescan \(p.unreachable.count) of \(PairingSession.maxRescans)")))
+        actions.append(.report(Report(kind: .stateChanged, device: c.address, name: c.name, from: .pairing(.pairing), to: .pairing(.scanning),
+                                      reason: .rescan(failure, rescan: p.unreachable.count, of: PairingSession.maxRescans))))
         actions.append(.pairingProgress(.rescanning(c.address, reason: failure.token)))
         actions.append(.startDiscovery(p.request))
     }
@@ -341,7 +341,7 @@ extension PairingMachine {
         case .removingBond, .settling: break
         }
         if !outcome.succeeded {
-            actions.append(.report(Report(kind: .pairingFailed, device: nil, to: p.phase.name, reason: "\(outcome)")))
+            actions.append(.report(Report(kind: .pairingFailed, device: nil, to: .pairing(p.phase.step), reason: .pairing(outcome))))
         }
         actions.append(.pairingEnded(outcome))
     }

@@ -39,7 +39,7 @@ extension PairingMachine {
         guard adapterUp else { return }
         for a in sortedAddresses {
             guard let i = slot[a], slots[i].wanted == .connected, case .waitingForDevice = slots[i].state else { continue }
-            restoreConnect(i, now, &actions, reason: "host-resumed")
+            restoreConnect(i, now, &actions, reason: .hostResumed)
         }
         actions.append(.updateAutoConnect(autoConnectUUIDs))
         if host.lastSleep?.expected.isEmpty == false {
@@ -115,22 +115,17 @@ extension PairingMachine {
         slot[a].flatMap { slots[$0].identity.adapterAddress } ?? adapterInUse
     }
 
-    static func tenths(_ d: Duration) -> String {
-        let t = Int((d.seconds * 10).rounded())
-        return "\(t / 10).\(t % 10)"
-    }
-
     mutating func escalate(_ step: ResumeStep, device: DeviceAddress?, _ now: Moment, _ actions: inout [Action]) {
         host.lastSleep?.steps.append(step)
         let name = device.flatMap { slot[$0] }.map { slots[$0].identity.name } ?? ""
-        var detail = step.rawValue
+        var detail = ResumeEscalation(step: step)
         if step == .powerCycle || step == .capReached {
-            detail += " \(host.powerCyclesInVain)/\(config.resumePowerCycles)"
+            (detail.powerCycles, detail.powerCycleCap) = (host.powerCyclesInVain, config.resumePowerCycles)
         }
         if let a = device, let woke = host.lastSleep?.resumedAt {
-            detail += " after \(Self.tenths(now.since(woke))) s (deadline \(Self.tenths(resumeDeadline(a))) s)"
+            (detail.after, detail.deadline) = (now.since(woke), resumeDeadline(a))
         }
-        actions.append(.report(Report(kind: .resumeEscalation, device: device, name: name, reason: detail)))
+        actions.append(.report(Report(kind: .resumeEscalation, device: device, name: name, reason: .resume(detail))))
     }
 
     /// The link of slot `i` went with the host's sleep: the host is asleep, or woke up less than
@@ -146,11 +141,11 @@ extension PairingMachine {
     /// `host-asleep`; its drop is not counted.
     mutating func letGoForSleep(_ i: Int, _ now: Moment, _ actions: inout [Action]) {
         slots[i].ownDrop = nil
-        slots[i].lastDisconnect = .init(reason: HostWatch.asleepReason, at: now)
+        slots[i].lastDisconnect = .init(reason: .hostAsleep, at: now)
         if host.asleep {
-            waitPassively(i, now, &actions, reason: HostWatch.asleepReason, kind: .hostAsleep)
+            waitPassively(i, now, &actions, reason: .hostAsleep, kind: .hostAsleep)
         } else {
-            restoreConnect(i, now, &actions, reason: HostWatch.asleepReason, kind: .hostAsleep)
+            restoreConnect(i, now, &actions, reason: .hostAsleep, kind: .hostAsleep)
         }
     }
 
@@ -172,7 +167,7 @@ extension PairingMachine {
 
 /// What paird knows of the host's sleeps.
 public struct HostWatch: Sendable, Hashable {
-    public static let asleepReason = "host-asleep"
+    public static let asleepReason = ReportReason.hostAsleep.token
     /// Between `PrepareForSleep(true)` and `PrepareForSleep(false)`.
     public internal(set) var asleep = false
     public internal(set) var lastSleep: HostSleep?

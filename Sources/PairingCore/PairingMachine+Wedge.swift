@@ -36,14 +36,14 @@ extension PairingMachine {
             slots[i].setupFailures = 0
             // needsRepair untrusted it; the adapter's return needs it trusted.
             if case .needsRepair = slots[i].state { actions.append(.setTrusted(slots[i].address, true)) }
-            move(i, to: .adapterUnavailable, now, &actions, reason: WedgeWatch.reason)
+            move(i, to: .adapterUnavailable, now, &actions, reason: .adapterWedged)
         }
         if done < cap {
             wedge.cycles[adapter] = done + 1
-            actions.append(.report(Report(kind: .adapterWedged, device: nil, reason: "power-cycle \(done + 1)/\(cap) \(adapter)")))
+            actions.append(.report(Report(kind: .adapterWedged, device: nil, reason: .wedge(.powerCycle(attempt: done + 1, of: cap, adapter: adapter)))))
             actions.append(.powerCycle(adapter: adapter))
         } else {
-            actions.append(.report(Report(kind: .adapterWedged, device: nil, reason: "cap-reached \(done)/\(cap) \(adapter)")))
+            actions.append(.report(Report(kind: .adapterWedged, device: nil, reason: .wedge(.capReached(done: done, of: cap, adapter: adapter)))))
         }
     }
 
@@ -135,7 +135,7 @@ extension PairingMachine {
 /// What paird knows of wedged adapters.
 public struct WedgeWatch: Sendable, Hashable {
     /// The status and journal reason of a wearable waiting for its wedged adapter.
-    public static let reason = "adapter-wedged"
+    public static let reason = ReportReason.adapterWedged.token
     /// How close together the wearables' refusals must be to be the adapter's.
     public static let window: Duration = .seconds(120)
     /// When each wearable's `Connect()` was last refused at once.

@@ -222,7 +222,7 @@ public struct PairingMachine: Sendable {
 
     /// The one place a device changes state: swaps countdowns and reports a change of name.
     mutating func move(_ i: Int, to new: DeviceState, _ now: Moment, _ actions: inout [Action],
-                               reason: String? = nil, kind: Report.Kind? = nil, attempt: Int? = nil) {
+                               reason: ReportReason? = nil, kind: Report.Kind? = nil, attempt: Int? = nil) {
         let a = slots[i].address
         let old = slots[i].state
         if let oc = old.countdown, oc.id != new.countdown?.id { actions.append(.cancel(oc.id)) }
@@ -243,9 +243,9 @@ public struct PairingMachine: Sendable {
         if renamed { slots[i].since = now }
         if renamed || kind != nil {
             var reason = reason
-            if reason == nil, case .needsRepair(let why) = new { reason = why.token }
+            if reason == nil, case .needsRepair(let why) = new { reason = .repair(why) }
             actions.append(.report(Report(kind: kind ?? Self.reportKind(from: old, to: new), device: a, name: slots[i].identity.name,
-                                          from: old.name, to: new.name, reason: reason, attempt: attempt)))
+                                          from: .state(old.kind), to: .state(new.kind), reason: reason, attempt: attempt)))
         }
     }
 

@@ -46,7 +46,7 @@ struct AdapterBondTests {
         #expect(h.stateName(watch) == "adapterUnavailable")
         #expect(out.connects(watch) == 0)
         #expect(!out.contains { if case .disconnect = $0 { true } else if case .setTrusted = $0 { true } else { false } })
-        #expect(out.contains { if case .report(let r) = $0 { r.to == "adapterUnavailable" && r.reason == "bond-on-adapter \(Self.adapterA)" } else { false } })
+        #expect(out.contains { if case .report(let r) = $0 { r.to == .state(.adapterUnavailable) && r.reasonToken == "bond-on-adapter \(Self.adapterA)" } else { false } })
         h.send(.adapterLost)
         h.send(.adapterInUse(Self.adapterA))
         h.send(.adapterReady([watch: BlueZDeviceView(connected: true, servicesResolved: true)]))

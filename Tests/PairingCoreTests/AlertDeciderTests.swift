@@ -27,14 +27,14 @@ struct AlertDeciderTests {
         }
     }
 
-    func report(_ a: DeviceAddress, _ kind: Report.Kind, _ from: String, _ to: String, reason: String? = nil) -> AlertDecider.Input {
-        .report(Report(kind: kind, device: a, name: "Watch", from: from, to: to, reason: reason))
+    func report(_ a: DeviceAddress, _ kind: Report.Kind, _ from: DeviceState.Kind, _ to: DeviceState.Kind, reason: ReportReason? = nil) -> AlertDecider.Input {
+        .report(Report(kind: kind, device: a, name: "Watch", from: .state(from), to: .state(to), reason: reason))
     }
 
     @Test("battery: once when draining below, not again while low, once more after recovering above threshold + hysteresis")
     func batteryHysteresis() {
         var f = Feed()
-        f.send(report(watch, .connected, "connecting", "connected"))
+        f.send(report(watch, .connected, .connecting, .connected))
         for (t, level) in [(1.0, 40), (2, 20), (3, 16), (4, 15), (5, 14), (6, 12), (7, 14), (8, 16), (9, 19), (10, 14), (11, 10),
                            (12, 20), (13, 25), (14, 30), (15, 14), (16, 13)] {
             f.at(t, .battery(watch, level: UInt8(level)))
@@ -62,18 +62,18 @@ struct AlertDeciderTests {
     @Test("away: once per absence after AwayLongerThan; a return re-arms it; the user's disconnect is no absence")
     func away() {
         var f = Feed()
-        f.send(report(watch, .connected, "connecting", "connected"))
-        f.at(100, report(watch, .linkLost, "connected", "waitingForDevice", reason: "link-loss"))
+        f.send(report(watch, .connected, .connecting, .connected))
+        f.at(100, report(watch, .linkLost, .connected, .waitingForDevice, reason: .linkLoss(nil)))
         #expect(f.decider.nextDeadline == .at(700))
         f.run(to: 699)
         #expect(f.alerts.isEmpty)
         f.run(to: 2000)                                                     // still away: said once
-        f.at(2100, report(watch, .stateChanged, "waitingForDevice", "connecting"))
-        f.at(2101, report(watch, .reconnected, "connecting", "connected"))
-        f.at(3000, report(watch, .linkLost, "connected", "waitingForDevice"))
+        f.at(2100, report(watch, .stateChanged, .waitingForDevice, .connecting))
+        f.at(2101, report(watch, .reconnected, .connecting, .connected))
+        f.at(3000, report(watch, .linkLost, .connected, .waitingForDevice))
         f.run(to: 3300)                                                     // back within 10 min: nothing
-        f.at(3300, report(watch, .reconnected, "waitingForDevice", "connected"))
-        f.at(4000, report(watch, .userDisconnected, "connected", "disconnected"))
+        f.at(3300, report(watch, .reconnected, .waitingForDevice, .connected))
+        f.at(4000, report(watch, .userDisconnected, .connected, .disconnected))
         f.run(to: 9000)                                                     // the user's: no alert
         #expect(f.alerts == [
             Alert(kind: .awayTooLong, device: watch, name: "Watch", reason: "link-loss", duration: .seconds(600)),
@@ -84,9 +84,9 @@ struct AlertDeciderTests {
     @Test("away: the host's sleep is no absence; the time after the resume counts")
     func awayAndSleep() {
         var f = Feed()
-        f.send(report(watch, .connected, "connecting", "connected"))
+        f.send(report(watch, .connected, .connecting, .connected))
         f.at(10, .hostSleeping)
-        f.at(11, .report(Report(kind: .hostAsleep, device: watch, name: "Watch", from: "connected", to: "waitingForDevice", reason: "host-asleep")))
+        f.at(11, .report(Report(kind: .hostAsleep, device: watch, name: "Watch", from: .state(.connected), to: .state(.waitingForDevice), reason: .hostAsleep)))
         f.run(to: 5000)                                                     // asleep (suspended) for long
         #expect(f.alerts.isEmpty)
         f.at(5000, .hostResumed)
@@ -99,7 +99,7 @@ struct AlertDeciderTests {
     @Test("no data: once per silence while connected, measured from the later of the connection and the last data")
     func noData() {
         var f = Feed()
-        f.at(0, report(watch, .connected, "connecting", "connected"))
+        f.at(0, report(watch, .connected, .connecting, .connected))
         f.run(to: 200, lastData: [watch: .at(200)])                     // data flows until 200
         f.run(to: 499, lastData: [watch: .at(200)])
         #expect(f.alerts.isEmpty)
@@ -116,18 +116,18 @@ struct AlertDeciderTests {
     @Test("no data: a link paird remade for lack of data is the same silence; away time is not silence")
     func noDataAcrossRemakeAndAbsence() {
         var f = Feed()
-        f.at(0, report(watch, .connected, "connecting", "connected"))
-        f.at(5, report(watch, .stateChanged, "connected", "connecting", reason: "no-data"))
-        f.at(8, report(watch, .reconnected, "connecting", "connected"))
+        f.at(0, report(watch, .connected, .connecting, .connected))
+        f.at(5, report(watch, .stateChanged, .connected, .connecting, reason: .health(.noData)))
+        f.at(8, report(watch, .reconnected, .connecting, .connected))
         f.run(to: 299)
         #expect(f.alerts.isEmpty)
         f.run(to: 300)                                                  // 300 s since the first connection
         #expect(f.alerts == [Alert(kind: .noData, device: watch, name: "Watch", duration: .seconds(300))])
         f.alerts = []
         // Away for 20 min (last data long ago), back: the silence is counted from the return.
-        f.at(400, report(watch, .linkLost, "connected", "waitingForDevice"))
+        f.at(400, report(watch, .linkLost, .connected, .waitingForDevice))
         f.run(to: 1600, lastData: [watch: .at(100)])
-        f.at(1600, report(watch, .reconnected, "waitingForDevice", "connected"))
+        f.at(1600, report(watch, .reconnected, .waitingForDevice, .connected))
         f.run(to: 1899, lastData: [watch: .at(100)])
         #expect(f.alerts == [Alert(kind: .awayTooLong, device: watch, name: "Watch", duration: .seconds(600))])
         f.run(to: 1900, lastData: [watch: .at(100)])
@@ -138,11 +138,11 @@ struct AlertDeciderTests {
     func repairAndCrash() {
         var f = Feed()
         f.at(1, .battery(watch, level: 50))
-        f.at(2, report(watch, .needsRepair, "connected", "needsRepair", reason: "authentication-failed"))
+        f.at(2, report(watch, .needsRepair, .connected, .needsRepair, reason: .repair(.authentication)))
         f.at(3, .bluetoothdCrashed(cause: "signal SEGV"))
         f.run(to: 10_000)                                                // needsRepair is no absence
         #expect(f.alerts == [
-            Alert(kind: .needsRepair, device: watch, name: "Watch", battery: 50, reason: "authentication-failed"),
+            Alert(kind: .needsRepair, device: watch, name: "Watch", battery: 50, reason: "authentication"),
             Alert(kind: .bluetoothdCrashed, device: nil, reason: "signal SEGV"),
         ])
     }

@@ -32,7 +32,7 @@ struct BluetoothdAttributionTests {
 
     /// The journal's reason for the watch, disarmed `ms` after its link came up.
     /// The report's reason: the bare token (the journal's words come from `RepairReason.explanation`).
-    func diedOnLinkReason(ms: Int) -> String { RepairReason.bluetoothdDiedOnLink.token }
+    func diedOnLinkReason(ms: Int) -> ReportReason { .repair(.bluetoothdDiedOnLink) }
 
     /// One turn of the loop: the kernel's auto-connect brings `who`'s link up, bluetoothd leaves
     /// the bus `after` later (then the adapter goes). Returns the actions of `bluetoothdLeft`.
@@ -63,7 +63,7 @@ struct BluetoothdAttributionTests {
     }
 
     func ringBackReport() -> Action {
-        .report(Report(kind: .stateChanged, device: ring, name: "Ring", from: "adapterUnavailable", to: "waitingForDevice"))
+        .report(Report(kind: .stateChanged, device: ring, name: "Ring", from: .state(.adapterUnavailable), to: .state(.waitingForDevice)))
     }
 
     @Test("(a) two deaths 0.14 s after the watch's link-up, no systemd: attributed, needsRepair bluetoothd-died-on-link, disarmed, no Connect")
@@ -84,7 +84,7 @@ struct BluetoothdAttributionTests {
             .cancel(resolve.id),
             .setTrusted(watch, false),
             .disconnect(watch),
-            .report(Report(kind: .needsRepair, device: watch, name: "Watch", from: "discovering", to: "needsRepair",
+            .report(Report(kind: .needsRepair, device: watch, name: "Watch", from: .state(.discovering), to: .state(.needsRepair),
                            reason: diedOnLinkReason(ms: 140))),
             .queryBluetoothdUnit,
             .updateAutoConnect([ServiceUUID.heartRate]),
@@ -141,7 +141,7 @@ struct BluetoothdAttributionTests {
             .cancel(resolve.id),
             .setTrusted(watch, false),
             .disconnect(watch),
-            .report(Report(kind: .needsRepair, device: watch, name: "Watch", from: "discovering", to: "needsRepair",
+            .report(Report(kind: .needsRepair, device: watch, name: "Watch", from: .state(.discovering), to: .state(.needsRepair),
                            reason: diedOnLinkReason(ms: 140))),
             .queryBluetoothdUnit,
             .updateAutoConnect([ServiceUUID.heartRate]),
@@ -176,7 +176,7 @@ struct BluetoothdAttributionTests {
         }
         #expect(ready == [
             .arm(watchHeadStart),
-            .report(Report(kind: .stateChanged, device: watch, name: "Watch", from: "adapterUnavailable", to: "waitingForDevice")),
+            .report(Report(kind: .stateChanged, device: watch, name: "Watch", from: .state(.adapterUnavailable), to: .state(.waitingForDevice))),
             .arm(ringHeadStart),
             ringBackReport(),
             .updateAutoConnect([Self.watchService, ServiceUUID.heartRate].sorted()),
@@ -271,8 +271,8 @@ struct BluetoothdAttributionTests {
             .cancel(headStart.id),
             .setTrusted(watch, false),
             .disconnect(watch),
-            .report(Report(kind: .needsRepair, device: watch, name: "Watch", from: "waitingForDevice", to: "needsRepair",
-                           reason: RepairReason.bluetoothdDiedOnLink.token)),
+            .report(Report(kind: .needsRepair, device: watch, name: "Watch", from: .state(.waitingForDevice), to: .state(.needsRepair),
+                           reason: .repair(.bluetoothdDiedOnLink))),
             .queryBluetoothdUnit,
             .updateAutoConnect([ServiceUUID.heartRate]),
         ])
@@ -406,11 +406,11 @@ struct BluetoothdAttributionTests {
             .cancel(pairCountdown.id),
             .arm(settle),
             .persist,
-            .report(Report(kind: .paired, device: watch, name: "Watch", to: "paired")),
+            .report(Report(kind: .paired, device: watch, name: "Watch", to: .paired)),
             .pairingProgress(.paired(watch)),
             .setTrusted(watch, true),
             .arm(connectReply),
-            .report(Report(kind: .stateChanged, device: watch, name: "Watch", from: "needsRepair", to: "connecting", attempt: 1)),
+            .report(Report(kind: .stateChanged, device: watch, name: "Watch", from: .state(.needsRepair), to: .state(.connecting), attempt: 1)),
             .connect(watch, call: call, timeout: MachineConfig().connectTimeout),
             .updateAutoConnect([Self.watchService, ServiceUUID.heartRate].sorted()),
         ])

@@ -70,8 +70,8 @@ struct BluetoothdCrashTests {
         #expect(ready == [
             .disconnect(watch),
             .arm(headStart),
-            .report(Report(kind: .stateChanged, device: watch, name: "Watch", from: "adapterUnavailable", to: "waitingForDevice",
-                           reason: "unresolvable-after-crash")),
+            .report(Report(kind: .stateChanged, device: watch, name: "Watch", from: .state(.adapterUnavailable), to: .state(.waitingForDevice),
+                           reason: .unresolvableAfterCrash)),
             .updateAutoConnect([ServiceUUID.heartRate]),
         ])
         #expect(h.send(.linkDown(watch, linkLoss)).connects() == 0, "the dropped link goes: no Connect racing the auto-connect")
@@ -94,7 +94,7 @@ struct BluetoothdCrashTests {
         let ready = h.send(.adapterReady([watch: view]))
         #expect(h.state(watch) == .needsRepair(reason: .bondLostInCrash))
         #expect(ready.connects() == 0)
-        #expect(ready.reports(.needsRepair).first?.reason == "bond-lost-in-crash")
+        #expect(ready.reports(.needsRepair).first?.reasonToken == "bond-lost-in-crash")
         #expect(!h.machine.autoConnectArmed.contains(watch), "the kernel's auto-connect is not armed for it")
         #expect(h.armed.values.allSatisfy { ![.connectReply, .retryBackoff, .fallbackConnect, .discovery, .resolve].contains($0.id.purpose) }, "no countdown of its own")
         h.advance(.seconds(120))
@@ -192,7 +192,7 @@ struct BluetoothdCrashTests {
         var h = Harness.connected()
         _ = bluetoothdDies(&h)
         #expect(h.send(.bluetoothdUnit(nil)) == [.bluetoothdReport(.waiting(unit: nil))])
-        #expect(h.machine.bluetoothd.phase == .waiting(reason: "no systemd unit"))
+        #expect(h.machine.bluetoothd.phase == .waiting(reason: .noSystemdUnit))
         #expect(h.armed.isEmpty)
     }
 
@@ -330,7 +330,7 @@ struct BluetoothdCrashTests {
         _ = bluetoothdDies(&h)
         out = h.send(.bluetoothdUnit(Self.segv))
         #expect(h.state(watch) == .needsRepair(reason: .bluetoothdCrashes))
-        #expect(out.reports(.needsRepair).map(\.reason) == ["bluetoothd-crashed"])
+        #expect(out.reports(.needsRepair).map(\.reasonToken) == ["bluetoothd-crashed"])
         #expect(out.contains(.setTrusted(watch, false)))
         #expect(out.contains(.startBluetoothd), "the other wearables still need bluetoothd (it served: started at once)")
         #expect(h.machine.bluetoothd.lastCrash?.disarmed == [watch])

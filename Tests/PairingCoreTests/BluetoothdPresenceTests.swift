@@ -42,7 +42,7 @@ struct BluetoothdPresenceTests {
     func unknownThenAbsentThenSeen() {
         var h = Harness(state: Self.oneWatch())
         #expect(h.send(.bluetoothdAbsent) == [])
-        #expect(h.machine.bluetoothd.phase == .waiting(reason: "not on the bus when paird started"))
+        #expect(h.machine.bluetoothd.phase == .waiting(reason: .notOnBusAtStart))
         #expect(h.machine.bluetoothd.phase.name == "gone")
         #expect(h.armed.isEmpty)
         #expect(h.send(.bluetoothdBack) == [])
@@ -60,7 +60,7 @@ struct BluetoothdPresenceTests {
         left.send(.bluetoothdLeft)
         left.send(.bluetoothdUnit(nil))
         #expect(left.send(.bluetoothdAbsent) == [])
-        #expect(left.machine.bluetoothd.phase == .waiting(reason: "no systemd unit"))
+        #expect(left.machine.bluetoothd.phase == .waiting(reason: .noSystemdUnit))
     }
 
     @Test("a ready adapter is bluetoothd's: unknown becomes running")
@@ -83,7 +83,7 @@ struct BluetoothdPresenceTests {
         #expect(resolve.id.purpose == .resolve)
         #expect(out == [
             .arm(resolve),
-            .report(Report(kind: .stateChanged, device: watch, name: "Watch", from: "restoring", to: "discovering")),
+            .report(Report(kind: .stateChanged, device: watch, name: "Watch", from: .state(.restoring), to: .state(.discovering))),
             .updateAutoConnect([ServiceUUID.heartRate]),
         ])
     }
@@ -138,8 +138,8 @@ struct BluetoothdPresenceTests {
         #expect(ready == [
             .disconnect(watch),
             .arm(headStart),
-            .report(Report(kind: .stateChanged, device: watch, name: "Watch", from: "adapterUnavailable", to: "waitingForDevice",
-                           reason: "unresolvable-after-bluetoothd-left")),
+            .report(Report(kind: .stateChanged, device: watch, name: "Watch", from: .state(.adapterUnavailable), to: .state(.waitingForDevice),
+                           reason: .unresolvableAfterBluetoothdLeft)),
             .updateAutoConnect([ServiceUUID.heartRate]),
         ])
         // The dropped link going is ours: no Connect racing the auto-connect; the new link is an ordinary one.

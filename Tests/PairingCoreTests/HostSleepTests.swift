@@ -33,7 +33,7 @@ struct HostSleepTests {
         #expect(out.contains(.disconnect(watch)))
         #expect(!out.contains(.disconnect(ring)), "the ring has no link")
         #expect(h.stateName(watch) == "waitingForDevice")
-        #expect(h.machine.device(watch)?.lastDisconnect?.reason == "host-asleep")
+        #expect(h.machine.device(watch)?.lastDisconnect?.reason.token == "host-asleep")
         #expect(out.reports(.hostAsleep).map(\.device) == [watch])
         #expect(out.reports(.linkLost).isEmpty)
         #expect(h.machine.host.asleep)
@@ -55,7 +55,7 @@ struct HostSleepTests {
         let out = h.send(.linkDown(ring, linkLoss))
         #expect(out.reports(.linkLost).isEmpty)
         #expect(h.machine.device(ring)?.setupFailures == 0)
-        #expect(h.machine.device(ring)?.lastDisconnect?.reason == "host-asleep")
+        #expect(h.machine.device(ring)?.lastDisconnect?.reason.token == "host-asleep")
     }
 
     @Test("a link that came up after the resume and drops is an ordinary link loss")
@@ -69,7 +69,7 @@ struct HostSleepTests {
         h.advance(.seconds(3))
         let out = h.send(.linkDown(watch, linkLoss))
         #expect(out.reports(.linkLost).map(\.device) == [watch])
-        #expect(h.machine.device(watch)?.lastDisconnect?.reason == "link-loss")
+        #expect(h.machine.device(watch)?.lastDisconnect?.reason.token == "link-loss")
     }
 
     @Test("after the resume: the auto-connect re-registered, each wanted wearable brought back (head start, then Connect()); each one's return time kept")
@@ -109,7 +109,7 @@ struct HostSleepTests {
         h.advance(.seconds(3))
         let out = h.send(.linkDown(watch, linkLoss)) // walked away
         #expect(out.reports(.linkLost).map(\.device) == [watch])
-        #expect(h.machine.device(watch)?.lastDisconnect?.reason == "link-loss")
+        #expect(h.machine.device(watch)?.lastDisconnect?.reason.token == "link-loss")
     }
 
     @Test("a lost bond found at a drop during the sleep keeps its own path")
@@ -150,7 +150,7 @@ struct HostSleepTests {
         records.removeAll()
         h.advance(.seconds(1))
         send(.linkDown(ring, linkLoss)) // …the kernel's suspend ended it, and paird hears of it now
-        #expect(h.machine.device(ring)?.lastDisconnect?.reason == "host-asleep")
+        #expect(h.machine.device(ring)?.lastDisconnect?.reason.token == "host-asleep")
         #expect(h.machine.device(ring)?.setupFailures == 0)
         #expect(records.count == 1)
         #expect(records.first?.condition == .away && records.first?.reason == "host-asleep")

@@ -51,7 +51,7 @@ struct LinkHealthTests {
         #expect(resolve.deadline == h.now + MachineConfig().resolveTimeout)
         let out = h.fireNext()
         #expect(out.disconnects == 1)
-        #expect(out.reports(.stateChanged).last?.reason == "resolve-timeout")
+        #expect(out.reports(.stateChanged).last?.reasonToken == "resolve-timeout")
         #expect(h.stateName(watch) == "connecting")
         // The dropped link is seen down: Connect() at once (not after a backoff); the next link works.
         #expect(h.send(.linkDown(watch, linkLoss)).connects(watch) == 1)
@@ -86,7 +86,7 @@ struct LinkHealthTests {
         #expect(h.now == .at(5))
         #expect(out.disconnects == 1)
         let r = out.reports(.stateChanged)
-        #expect(r.count == 1 && r[0].from == "connected" && r[0].to == "connecting" && r[0].reason == "no-data")
+        #expect(r.count == 1 && r[0].from == .state(.connected) && r[0].to == .state(.connecting) && r[0].reasonToken == "no-data")
         // Our own drop; the next link delivers.
         #expect(h.send(.linkDown(watch, linkLoss)).connects(watch) == 1, "down: connect again at once")
         #expect(h.stateName(watch) == "connecting")
@@ -152,7 +152,7 @@ struct LinkHealthTests {
         // BlueZ keeps ending (or refusing) it without data between: the link is made again.
         let out = h.send(.subscriptionEnded(watch, characteristic: Self.hr))
         #expect(out.disconnects == 1)
-        #expect(out.reports(.stateChanged).last?.reason == "subscription-lost")
+        #expect(out.reports(.stateChanged).last?.reasonToken == "subscription-lost")
         #expect(h.stateName(watch) == "connecting")
     }
 
@@ -223,7 +223,7 @@ struct LinkHealthTests {
             guard case .probing(let call, _, _)? = health(h) else { Issue.record("expected probing"); return }
             let out = timeout ? h.fireNext() : h.send(.probeFinished(watch, call: call, .failed(.noReply)))
             #expect(out.disconnects == 1)
-            #expect(out.reports(.stateChanged).last?.reason == (timeout ? "probe-timeout" : "probe-failed:\(BlueZFailure.noReply.token)"))
+            #expect(out.reports(.stateChanged).last?.reasonToken == (timeout ? "probe-timeout" : "probe-failed:\(BlueZFailure.noReply.token)"))
             #expect(h.stateName(watch) == "connecting")
             // A late answer to that probe is stale.
             #expect(h.send(.probeFinished(watch, call: call, .answered)) == [])

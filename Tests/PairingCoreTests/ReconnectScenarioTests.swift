@@ -13,7 +13,7 @@ struct ReconnectScenarioTests {
         #expect(h.stateName(watch) == "waitingForDevice")
         #expect(out.connects() == 0, "no Connect storm: the kernel's auto-connect waits for it")
         #expect(out.reports(.linkLost).count == 1)
-        #expect(h.machine.devices[watch]?.lastDisconnect?.reason == "link-loss")
+        #expect(h.machine.devices[watch]?.lastDisconnect?.reason.token == "link-loss")
         #expect(h.machine.devices[watch]?.lastDisconnect?.at == .at(100))
 
         // Away for hours: every fallback interval one Connect, which fails after BlueZ's ~40 s.
@@ -96,7 +96,7 @@ struct ReconnectScenarioTests {
             #expect(out.reports(.needsRepair).count == 1)
         case .timeout, .remote, .unknown, .suspend, .local:
             #expect(h.stateName(watch) == "waitingForDevice")
-            #expect(h.machine.devices[watch]?.lastDisconnect?.reason == reason.token)
+            #expect(h.machine.devices[watch]?.lastDisconnect?.reason.token == reason.token)
         }
         #expect(out.connects() == 0)
     }
@@ -294,7 +294,7 @@ struct ReconnectScenarioTests {
         h.fireNext()
         let out = h.connectFailed(watch, .abortedByLocal, after: .milliseconds(300))
         #expect(h.stateName(watch) == "needsRepair")
-        #expect(out.reports(.needsRepair).first?.reason == "suspected-bond-loss")
+        #expect(out.reports(.needsRepair).first?.reasonToken == "suspected-bond-loss")
     }
 
     @Test("5.66, wearable forgot its bond while connected: the link stays up but services go; discovery times out, and again → needsRepair")
@@ -772,7 +772,7 @@ struct RestorationTests {
         var h = Harness.connected()
         let hrm = ServiceUUID.heartRateMeasurement
         var out = h.send(.characteristicsMissing(watch, [hrm]))
-        #expect(out.reports(.characteristicMissing).map(\.reason) == [hrm])
+        #expect(out.reports(.characteristicMissing).map(\.reasonToken) == [hrm])
         #expect(out.connects() == 0 && !out.contains(.disconnect(watch)), "not a reason to drop the link")
         #expect(h.state(watch)?.isConnected == true)
         #expect(h.machine.devices[watch]?.missingCharacteristics == [hrm])

@@ -11,7 +11,7 @@ struct RepairRouteTests {
     /// The actions of one step, with the report reduced to its kind and states.
     func shape(_ actions: [Action]) -> [String] {
         actions.map {
-            if case .report(let r) = $0 { return "report \(r.kind) \(r.from)→\(r.to)" }
+            if case .report(let r) = $0 { return "report \(r.kind) \(r.fromToken)→\(r.toToken)" }
             return "\($0)"
         }
     }

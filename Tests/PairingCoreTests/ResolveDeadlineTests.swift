@@ -27,7 +27,7 @@ struct ResolveDeadlineTests {
         #expect(c.deadline == .at(0) + MachineConfig().resolveTimeout)
         #expect(out == [
             .arm(c),
-            .report(Report(kind: .stateChanged, device: watch, name: "Watch", from: "restoring", to: "discovering")),
+            .report(Report(kind: .stateChanged, device: watch, name: "Watch", from: .state(.restoring), to: .state(.discovering))),
             .updateAutoConnect([ServiceUUID.heartRate]),
         ])
     }
@@ -47,8 +47,8 @@ struct ResolveDeadlineTests {
             .disconnect(watch),
             .cancel(resolve.id),
             .arm(retry),
-            .report(Report(kind: .stateChanged, device: watch, name: "Watch", from: "discovering", to: "connecting",
-                           reason: "resolve-timeout")),
+            .report(Report(kind: .stateChanged, device: watch, name: "Watch", from: .state(.discovering), to: .state(.connecting),
+                           reason: .resolveTimeout)),
         ])
         #expect(h.machine.devices[watch]?.setupFailures == 0)
         #expect(retry.id.purpose == .linkDown && retry.deadline == resolve.deadline + MachineConfig().linkDownWait)
@@ -211,7 +211,7 @@ struct LearnedResolveTests {
         let out = h.fireNext()
         #expect(h.now == up + floor)
         #expect(out.disconnects == 1)
-        #expect(out.reports(.stateChanged).first?.reason == "resolve-timeout")
+        #expect(out.reports(.stateChanged).first?.reasonToken == "resolve-timeout")
         #expect(h.machine.devices[watch]?.setupFailures == 0, "a learned deadline is no evidence of a lost bond")
         // The dropped link goes down: Connect() at once; the new link gets the whole ResolveTimeout.
         #expect(h.send(.linkDown(watch, linkLoss)).connects(watch) == 1)

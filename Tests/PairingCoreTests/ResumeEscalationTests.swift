@@ -45,15 +45,18 @@ struct ResumeEscalationTests {
         return h.send(.countdownFired(c.id))
     }
 
-    func step(_ reason: String, _ a: DeviceAddress?, _ name: String) -> Action {
-        .report(Report(kind: .resumeEscalation, device: a, name: name, reason: reason))
+    func step(_ step: ResumeStep, cycles: (Int, Int)? = nil, after: Int64? = nil, deadline: Int64? = nil,
+              _ a: DeviceAddress?, _ name: String) -> Action {
+        let e = ResumeEscalation(step: step, powerCycles: cycles?.0, powerCycleCap: cycles?.1,
+                                 after: after.map { .seconds($0) }, deadline: deadline.map { .seconds($0) })
+        return .report(Report(kind: .resumeEscalation, device: a, name: name, reason: .resume(e)))
     }
 
     @Test("the first step at the resume: the auto-connect registered again (journal), the deadline armed at the ceiling (nothing learned yet)")
     func firstStep() {
         var h = two(ringLinked: false)
         let out = sleep(&h)
-        #expect(out.reports(.resumeEscalation) == [Report(kind: .resumeEscalation, device: nil, reason: "auto-connect-and-connect")])
+        #expect(out.reports(.resumeEscalation) == [Report(kind: .resumeEscalation, device: nil, reason: .resume(.init(step: .autoConnect)))])
         #expect(out.contains { if case .updateAutoConnect = $0 { true } else { false } })
         #expect(deadlineCountdown(h)?.deadline == h.now + MachineConfig().resumeDeadlineCeiling)
         #expect(h.machine.host.lastSleep?.expected == [watch], "only the one linked at the sleep is expected back")
@@ -64,7 +67,7 @@ struct ResumeEscalationTests {
         var h = two(ringLinked: false)
         _ = sleep(&h)
         let out = fireDeadline(&h)
-        #expect(out == [step("power-cycle 1/2 after 60.0 s (deadline 60.0 s)", watch, "Watch"), .powerCycleAdapter])
+        #expect(out == [step(.powerCycle, cycles: (1, 2), after: 60, deadline: 60, watch, "Watch"), .powerCycleAdapter])
         #expect(deadlineCountdown(h) == nil, "judged once: no further deadline for this resume")
         // The power cycle's adapter loss and return bring it back as after any adapter return.
         h.send(.adapterLost)
@@ -84,7 +87,7 @@ struct ResumeEscalationTests {
         _ = h.linkComesUp(ring)
         #expect(deadlineCountdown(h)?.deadline == h.machine.host.lastSleep!.resumedAt! + .seconds(60))
         let out = fireDeadline(&h)
-        #expect(out == [step("away after 60.0 s (deadline 60.0 s)", watch, "Watch")])
+        #expect(out == [step(.away, after: 60, deadline: 60, watch, "Watch")])
         #expect(h.machine.devices[ring]?.learned.resumeReturns == [4])
     }
 
@@ -103,9 +106,9 @@ struct ResumeEscalationTests {
             h.send(.adapterReady([watch: BlueZDeviceView(), ring: BlueZDeviceView()]))
             _ = h.linkComesUp(watch)
         }
-        #expect(steps[0] == [step("power-cycle 1/2 after 60.0 s (deadline 60.0 s)", watch, "Watch"), .powerCycleAdapter])
-        #expect(steps[1] == [step("power-cycle 2/2 after 60.0 s (deadline 60.0 s)", watch, "Watch"), .powerCycleAdapter])
-        #expect(steps[2] == [step("power-cycle-cap-reached 2/2 after 60.0 s (deadline 60.0 s)", watch, "Watch")])
+        #expect(steps[0] == [step(.powerCycle, cycles: (1, 2), after: 60, deadline: 60, watch, "Watch"), .powerCycleAdapter])
+        #expect(steps[1] == [step(.powerCycle, cycles: (2, 2), after: 60, deadline: 60, watch, "Watch"), .powerCycleAdapter])
+        #expect(steps[2] == [step(.capReached, cycles: (2, 2), after: 60, deadline: 60, watch, "Watch")])
         #expect(h.machine.host.powerCyclesInVain == 2)
         // At the next resume it comes back on its own, in time: the count starts over, and a
         // later resume that brings nothing back may power-cycle again.
@@ -114,7 +117,7 @@ struct ResumeEscalationTests {
         _ = h.linkComesUp(watch)
         #expect(h.machine.host.powerCyclesInVain == 0)
         _ = sleep(&h)
-        #expect(fireDeadline(&h) == [step("power-cycle 1/2 after 10.0 s (deadline 10.0 s)", watch, "Watch"), .powerCycleAdapter],
+        #expect(fireDeadline(&h) == [step(.powerCycle, cycles: (1, 2), after: 10, deadline: 10, watch, "Watch"), .powerCycleAdapter],
                 "its deadline learned from that return (5 s: twice, at the 10 s floor)")
     }
 
@@ -124,7 +127,7 @@ struct ResumeEscalationTests {
         config.resumePowerCycles = 0
         var h = two(ringLinked: false, config: config)
         _ = sleep(&h)
-        #expect(fireDeadline(&h) == [step("power-cycle-cap-reached 0/0 after 60.0 s (deadline 60.0 s)", watch, "Watch")])
+        #expect(fireDeadline(&h) == [step(.capReached, cycles: (0, 0), after: 60, deadline: 60, watch, "Watch")])
     }
 
     @Test("the deadline is learned from the wearable's own returns: twice the slowest of the last five, within floor and ceiling")
@@ -151,7 +154,7 @@ struct ResumeEscalationTests {
         _ = h.linkComesUp(watch)
         #expect(deadlineCountdown(h) == nil)
         #expect(!h.log.contains(.powerCycleAdapter))
-        #expect(h.log.reports(.resumeEscalation).map(\.reason) == ["auto-connect-and-connect"])
+        #expect(h.log.reports(.resumeEscalation).map(\.reasonToken) == ["auto-connect-and-connect"])
     }
 
     @Test("the user disconnects it after the resume: past the deadline nothing happens for it")

@@ -146,7 +146,7 @@ struct SeveralAdaptersTests {
         let out = try t.fireResumeDeadline(&h)
         #expect(out.filter { if case .powerCycle = $0 { true } else { false } } == [.powerCycle(adapter: Self.adapterB)])
         #expect(!out.contains(.powerCycleAdapter))
-        #expect(out.reports(.resumeEscalation).map(\.reason) == ["power-cycle 1/2 after 60.0 s (deadline 60.0 s)"])
+        #expect(out.reports(.resumeEscalation).map(\.reasonToken) == ["power-cycle 1/2 after 60.0 s (deadline 60.0 s)"])
     }
 
     @Test("after a resume neither is back: both adapters power-cycled, once, one escalation step")

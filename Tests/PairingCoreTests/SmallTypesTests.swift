@@ -73,9 +73,9 @@ struct SmallTypesTests {
     @Test("disconnect classifier: evidence order")
     func disconnectClassifier() {
         typealias C = DisconnectClassifier
-        #expect(C.classify(.init(), weAskedForIt: false) == .linkLoss(reason: "link-loss"))
+        #expect(C.classify(.init(), weAskedForIt: false) == .linkLoss(reason: nil))
         #expect(C.classify(.init(), weAskedForIt: true) == .requested)
-        #expect(C.classify(.init(reason: .timeout), weAskedForIt: false) == .linkLoss(reason: "timeout"))
+        #expect(C.classify(.init(reason: .timeout), weAskedForIt: false) == .linkLoss(reason: .timeout))
         #expect(C.classify(.init(reason: .authentication), weAskedForIt: true) == .bondLost(reason: .authentication))
         #expect(C.classify(.init(stillBonded: false), weAskedForIt: true) == .bondLost(reason: .bondRemoved))
         #expect(C.classify(.init(deviceExists: false), weAskedForIt: false) == .bondLost(reason: .deviceRemoved))

@@ -115,7 +115,7 @@ struct TrustPairingTests {
         let out = h.send(.removeDeviceAnswered(watch, failure))
         let outcome = PairingOutcome.failed("could not remove the old bond of \(watch): \(failure.token)")
         #expect(out == [.cancel(scan.id),
-                        .report(Report(kind: .pairingFailed, device: nil, to: "removing-old-bond", reason: "\(outcome)")),
+                        .report(Report(kind: .pairingFailed, device: nil, to: .pairing(.removingOldBond), reason: .pairing(outcome))),
                         .pairingEnded(outcome)])
         #expect(h.stateName(watch) == "needsRepair")
     }
@@ -227,7 +227,7 @@ struct TrustPairingTests {
         for _ in 0..<10 where h.machine.pairing != nil { out = h.fireNext() }
         let restart = h.log.compactMap { if case .arm(let c) = $0, c.id.purpose == .scanRestart { c } else { nil } }.last!
         #expect(out == [.cancel(scan.id), .cancel(restart.id), .stopDiscovery,
-                        .report(Report(kind: .pairingFailed, device: nil, to: "scanning", reason: "\(PairingOutcome.noDeviceFound)")),
+                        .report(Report(kind: .pairingFailed, device: nil, to: .pairing(.scanning), reason: .pairing(.noDeviceFound))),
                         .pairingEnded(.noDeviceFound)])
         #expect(!h.log.contains(.removeDevice(watch)))
         #expect(h.stateName(watch) == "needsRepair")

@@ -44,7 +44,7 @@ struct WedgeTests {
     }
 
     static func wedgeReports(_ actions: [Action]) -> [String] {
-        actions.compactMap { if case .report(let r) = $0, r.kind == .adapterWedged { r.reason } else { nil } }
+        actions.compactMap { if case .report(let r) = $0, r.kind == .adapterWedged { r.reasonToken } else { nil } }
     }
 
     static func isWedgedWait(_ s: DeviceState?) -> Bool { s == .adapterUnavailable }
@@ -59,7 +59,7 @@ struct WedgeTests {
         #expect(h.state(watch) == .adapterUnavailable && h.state(ring) == .adapterUnavailable)
         #expect(!out.contains { if case .setTrusted = $0 { true } else { false } }, "never needsRepair: never untrusted")
         #expect(out.filter { if case .connect = $0 { true } else { false } }.count == 2, "one refused Connect() each was enough")
-        #expect(out.contains { if case .report(let r) = $0 { r.device == watch && r.to == "adapterUnavailable" && r.reason == "adapter-wedged" } else { false } })
+        #expect(out.contains { if case .report(let r) = $0 { r.device == watch && r.to == .state(.adapterUnavailable) && r.reasonToken == "adapter-wedged" } else { false } })
         // The power cycle: the adapter goes and comes back; both are brought back as after a restart.
         h.send(.adapterLost)
         h.send(.adapterInUse(Self.adapterA))
@@ -200,9 +200,9 @@ struct WedgeTests {
         let wedged = h.connectFailed(ring, .abortedByLocal, after: .milliseconds(70))
         #expect(wedged == [
             .cancel(ringCountdown.id),
-            .report(Report(kind: .adapterLost, device: watch, name: "Watch", from: "waitingForDevice", to: "adapterUnavailable", reason: "adapter-wedged")),
-            .report(Report(kind: .adapterLost, device: ring, name: "Ring", from: "waitingForDevice", to: "adapterUnavailable", reason: "adapter-wedged")),
-            .report(Report(kind: .adapterWedged, device: nil, reason: "power-cycle 1/2 00:AA:01:00:00:00")),
+            .report(Report(kind: .adapterLost, device: watch, name: "Watch", from: .state(.waitingForDevice), to: .state(.adapterUnavailable), reason: .adapterWedged)),
+            .report(Report(kind: .adapterLost, device: ring, name: "Ring", from: .state(.waitingForDevice), to: .state(.adapterUnavailable), reason: .adapterWedged)),
+            .report(Report(kind: .adapterWedged, device: nil, reason: .wedge(.powerCycle(attempt: 1, of: 2, adapter: DeviceAddress("00:AA:01:00:00:00")!)))),
             .powerCycle(adapter: Self.adapterA),
             .cancel(next.id),
         ])
