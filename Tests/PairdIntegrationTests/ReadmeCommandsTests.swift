@@ -87,4 +87,10 @@ struct ReadmeCommandsTests {
         print("README commands: \(ran) run, \(listed.count) not run here:\n" + listed.joined(separator: "\n"))
         #expect(ran >= 6, "the README's quick start has its pairctl commands (\(ran) found)")
     }
+
+    @Test("the README is for users: at most 200 lines (issue 47; how packages are built is in docs/packaging.md)")
+    func readmeShort() throws {
+        let lines = try String(contentsOf: Self.readme, encoding: .utf8).split(separator: "\n", omittingEmptySubsequences: false).count - 1
+        #expect(lines <= 200, "README.md has \(lines) lines")
+    }
 }
