@@ -165,7 +165,7 @@ ifeq ($(DEB_ARCH),amd64)
 ifeq ($(SWIFT_TOOLCHAIN),swiftlang)
 DEB_BINS      = release-swiftlang
 DEB_DOCS      =
-DEB_ENV       = RELEASE_BIN=.build-amd64/x86_64-unknown-linux-gnu/release
+DEB_ENV       = RELEASE_BIN=.build-amd64/x86_64-pc-linux-gnu/release
 else
 DEB_BINS      = release
 DEB_DOCS      = dist-docs

@@ -4,7 +4,7 @@
 # debian/cross/sid-chroot.sh) against a bookworm ARCH sysroot (debian/cross/sysroot.sh ARCH):
 #   arm64: cross-compiled, with swiftlang's arm64 runtime, into .build-arm64/aarch64-unknown-linux-gnu/
 #          release (stripped copies for the package in .build-arm64/deb-bin);
-#   amd64: into .build-amd64/x86_64-unknown-linux-gnu/release (dh_strip strips them), and the
+#   amd64: into .build-amd64/x86_64-pc-linux-gnu/release (dh_strip strips them), and the
 #          manual pages and completions of `make dist-docs` made from them into .build/dist (no
 #          Swift on the host: `make deb` with SWIFT_TOOLCHAIN=swiftlang or no Swift ≥ 6.2 on PATH).
 # glibc-compat.o (debian/cross/glibc-compat.c) stands in for what sid's runtime needs of glibc 2.38+.
@@ -16,7 +16,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 arch=${1:?usage: build-swiftlang.sh arm64|amd64}
 case $arch in
   arm64) T=aarch64-unknown-linux-gnu multi=aarch64-linux-gnu elf='ARM aarch64' strip=aarch64-linux-gnu-strip ;;
-  amd64) T=x86_64-unknown-linux-gnu  multi=x86_64-linux-gnu  elf='x86-64'      strip= ;;
+  amd64) T=x86_64-pc-linux-gnu       multi=x86_64-linux-gnu  elf='x86-64'      strip= ;;
+  # (amd64: swiftlang's own triple; its modules are x86_64-pc-linux-gnu, not -unknown-.)
   *) echo "build-swiftlang: $arch: arm64 or amd64" >&2; exit 2 ;;
 esac
 me=build-$arch
