@@ -10,7 +10,7 @@ RELEASE_BIN   = .build/release
 # passes the same flags, or SwiftPM would rebuild .build/release back and forth.
 RELEASE       = PAIRD_VERSION=$(DEB_VERSION) $(SWIFT) build -c release --static-swift-stdlib
 
-.PHONY: all deps build release test unit e2e e2e-ci e2e-all e2e-versions bluez-builds demo bench soak dist-docs deb release-arm64 check-swiftlang e2e-arm64 install uninstall purge clean
+.PHONY: all deps build release test unit e2e e2e-ci e2e-all e2e-versions bluez-builds demo bench soak dist-docs deb deb-toolchain release-arm64 release-swiftlang check-swiftlang e2e-arm64 install uninstall purge clean
 
 all: build
 
@@ -153,16 +153,33 @@ ifeq ($(origin ARCH),command line)
 DEB_ARCH     := $(ARCH)
 endif
 DEBDIR        = $(if $(filter amd64,$(DEB_ARCH)),.build/deb,.build/deb-$(DEB_ARCH))
+## amd64, two toolchains (docs/packaging.md): SWIFT_TOOLCHAIN=swift, $(SWIFT) on PATH (Swift ≥ 6.2;
+## what CI runs: make release, make dist-docs, as ever); SWIFT_TOOLCHAIN=swiftlang, Debian's swiftlang
+## 6.2 in the sid chroot against a bookworm amd64 sysroot (debian/cross/build-swiftlang.sh amd64; no
+## Swift on the host). Unset: swift when `$(SWIFT) --version` says ≥ 6.2, else swiftlang.
 ifeq ($(DEB_ARCH),amd64)
+ifneq ($(filter deb,$(MAKECMDGOALS)),)
+SWIFT_TOOLCHAIN ?= $(shell debian/cross/pick-swift $(SWIFT) >/dev/null && echo swift || echo swiftlang)
+endif
+endif
+ifeq ($(DEB_ARCH),amd64)
+ifeq ($(SWIFT_TOOLCHAIN),swiftlang)
+DEB_BINS      = release-swiftlang
+DEB_DOCS      =
+DEB_ENV       = RELEASE_BIN=.build-amd64/x86_64-pc-linux-gnu/release
+else
 DEB_BINS      = release
+DEB_DOCS      = dist-docs
 DEB_ENV       =
+endif
 else ifeq ($(DEB_ARCH),arm64)
 DEB_BINS      = release-arm64
+DEB_DOCS      = dist-docs
 DEB_ENV       = RELEASE_BIN=.build-arm64/deb-bin PAIRD_CROSS=$$(debian/cross/arm64-sysroot.sh)
 else
 $(error ARCH=$(DEB_ARCH): make deb builds amd64 or arm64)
 endif
-deb: deps $(DEB_BINS) dist-docs
+deb: deps deb-toolchain $(DEB_BINS) $(DEB_DOCS)
 	rm -rf $(DEBDIR) && mkdir -p $(DEBDIR)
 	printf 'paird (%s) unstable; urgency=medium\n\n  * Built from %s.\n\n -- paird developers <paird@users.noreply.github.com>  %s\n' \
 	  '$(DEB_VERSION)' "$$(git describe --always --dirty 2>/dev/null || echo 'a tree outside git')" "$$(date -R)" > debian/changelog
@@ -176,6 +193,19 @@ deb: deps $(DEB_BINS) dist-docs
 ## release-arm64: paird and pairctl for arm64 (debian/cross/build-arm64.sh; prints its time).
 release-arm64:
 	PAIRD_VERSION=$(DEB_VERSION) debian/cross/build-arm64.sh
+
+# Which Swift make deb (amd64) builds with, said before it starts (debian/cross/pick-swift).
+deb-toolchain:
+ifeq ($(DEB_ARCH)-$(SWIFT_TOOLCHAIN),amd64-swiftlang)
+	@debian/cross/pick-swift --swiftlang $(SWIFT)
+else ifeq ($(DEB_ARCH),amd64)
+	@debian/cross/pick-swift $(SWIFT)
+endif
+
+## release-swiftlang: paird and pairctl for bookworm amd64 by Debian's swiftlang 6.2 (sid chroot),
+## and the manual pages and completions (debian/cross/build-swiftlang.sh amd64; prints its times).
+release-swiftlang:
+	PAIRD_VERSION=$(DEB_VERSION) PAIRD_CODE_VERSION=$(VERSION) debian/cross/build-swiftlang.sh amd64
 
 ## check-swiftlang: the package built with Debian's swiftlang 6.2 (sid amd64 chroot) and its
 ## unit tier run there (debian/cross/check-swiftlang.sh; prints its time).

@@ -1,6 +1,7 @@
-/* glibc-compat.c — linked into the arm64 binaries only (debian/cross/build-arm64.sh).
+/* glibc-compat.c — linked into the binaries built by Debian's swiftlang (debian/cross/build-swiftlang.sh:
+ * arm64, and amd64 without swift.org's Swift), not into those of the host's Swift.
  *
- * The arm64 Swift runtime comes from Debian's swiftlang (sid), built against glibc 2.42: its
+ * Their Swift runtime comes from Debian's swiftlang (sid), built against glibc 2.42: its
  * static libraries (swift_static) call four functions that bookworm's glibc 2.36 lacks. Each is
  * given here in terms of what 2.36 has, so the binaries need nothing newer than bookworm's libc6.
  *   __isoc23_strtol/strtoll/sscanf  C23 variants (they also accept "0b" binary prefixes; the

@@ -17,7 +17,7 @@ PKGS=(
   libc6-dev git ca-certificates pkgconf libdbus-1-dev libsystemd-dev
   dbus-daemon python3 python3-dbus python3-gi python3-dbusmock   # the integration tier's private buses and mock BlueZ
   valgrind systemd util-linux                 # DBusTests' leak check, systemd-analyze, setpriv
-  binutils-aarch64-linux-gnu lld file         # the arm64 cross-build (debian/cross/build-arm64.sh)
+  binutils-aarch64-linux-gnu lld file         # debian/cross/build-swiftlang.sh (arm64 strip; lld, file)
 )
 key=$(printf '%s\n' "$SUITE" "${PKGS[@]}" | sha256sum | cut -c1-12)
 root=$cache/$SUITE-amd64-$key
@@ -57,7 +57,7 @@ bind /dev /dev; bind /dev/pts /dev/pts; bind /sys /sys ro
 mkdir -p "$root/dev/shm" "$root/tmp" "$root/run"; chmod 1777 "$root/tmp"
 [[ -d /opt/swift-packages ]] && bind /opt/swift-packages /opt/swift-packages ro
 bind "$src" /src
-[[ -z ${PAIRD_CROSS:-} ]] || bind "$PAIRD_CROSS" /cross ro   # debian/cross/arm64-sysroot.sh's sysroot and arm64 Swift
+[[ -z ${PAIRD_CROSS:-} ]] || bind "$PAIRD_CROSS" /cross ro   # debian/cross/sysroot.sh's sysroot (and arm64 Swift)
 if (($#)); then
   chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 TERM=dumb \
     PAIRD_VERSION="${PAIRD_VERSION:-}" /bin/bash -c 'cd /src && "$@"' bash "$@"
