@@ -105,7 +105,8 @@ for a in "$@"; do [[ $a == --all ]] && all=1 || named+=("$a"); done
 ((${#named[@]})) || all=1
 if ((all)); then
   for f in "$E2E"/*; do
-    # E2E_SKIP: names (without extension) left out of this all-scenarios run (make e2e-ci)
+    # E2E_SKIP: names (without extension) left out of this all-scenarios run (make e2e-ci); a
+    # NAME@IMPL entry leaves out that one run (below)
     [[ " ${E2E_SKIP:-} " == *" $(basename "${f%.*}") "* ]] && { echo "e2e: skipping $(basename "$f") (E2E_SKIP)"; continue; }
     [[ -f $f ]] && head -n 20 "$f" | grep -qE '^(#|//) *testbed:' && todo+=("|$base|$f")
   done
@@ -145,6 +146,8 @@ for t in "${todo[@]}"; do
   for impl in $(impls_of "$s" "$v" "$kk"); do
     if [[ $impl == none ]]; then label="$name [bluez $ver$kl]"; runname=$name$vs$ks
     else label="$name [$impl, bluez $ver$kl]"; runname=$name@$impl$vs$ks; fi
+    # an E2E_SKIP entry with an @ names one run (paird_forget_bond@bluez: the twin's run only)
+    if ((all)) && [[ $runname == *@* && " ${E2E_SKIP:-} " == *" $runname "* ]]; then echo "e2e: skipping $runname (E2E_SKIP)"; continue; fi
     e=${expect[$runname]:-}
     if [[ -z $e ]]; then
       hdr=$(head -n 20 "$s" | grep -m1 -E '^(#|//) *testbed:' || true)
@@ -303,6 +306,8 @@ done
 mapfile -t units < <(printf '%s\n' "${units[@]}" | sort -t'|' -k1,1nr -s)
 ngroups=0; for u in "${units[@]}"; do [[ ${u#*|} == *" "* ]] && ngroups=$((ngroups + 1)); done
 echo "e2e: ${#runs[@]} runs in ${#units[@]} VMs ($ngroups group VMs of up to $GROUP plain-mode runs; E2E_GROUP=1: a VM each)"
+# E2E_LIST=1: print the runs this tier would make, one run name a line, and stop (no VM)
+[[ ${E2E_LIST:-0} == 1 ]] && { for r in "${runs[@]}"; do r2=${r#*|*|*|*|}; echo "${r2%%|*}"; done; exit 0; }
 
 # ---------------------------------------------------------------- the queue
 t_all=$SECONDS
