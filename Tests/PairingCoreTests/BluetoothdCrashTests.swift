@@ -33,6 +33,17 @@ struct BluetoothdCrashTests {
     @Test("exit descriptions", arguments: [(segv, "SIGSEGV"), (exitAtStart, "exit status 1"), (stopped, "SIGTERM")])
     func exitDescription(unit: BluetoothdUnitState, text: String) { #expect(unit.exitDescription == text) }
 
+    /// A connected watch, bluetoothd killed by SIGSEGV (systemd says so) and back on the bus; the
+    /// adapter ready with `view` of the watch. Returns the harness and adapterReady's actions.
+    func crashedAndBack(_ view: BlueZDeviceView) -> (Harness, [Action]) {
+        var h = Harness.connected()
+        _ = bluetoothdDies(&h)
+        h.send(.bluetoothdUnit(Self.segv))
+        h.send(.bluetoothdBack)
+        let ready = h.send(.adapterReady([watch: view]))
+        return (h, ready)
+    }
+
     /// bluetoothd leaves the bus as the runtime reports it: presence first, then the adapter.
     func bluetoothdDies(_ h: inout Harness) -> [Action] {
         h.send(.bluetoothdLeft) + h.send(.adapterLost)
@@ -87,11 +98,7 @@ struct BluetoothdCrashTests {
     @Test("a bond the crash took (bluetoothd back without the device, or without its bond): needsRepair, bond-lost-in-crash; no connect, no loop",
           arguments: [BlueZDeviceView.absent, BlueZDeviceView(exists: true, bonded: false, connected: true)])
     func bondLostInCrash(view: BlueZDeviceView) {
-        var h = Harness.connected()
-        _ = bluetoothdDies(&h)
-        h.send(.bluetoothdUnit(Self.segv))
-        h.send(.bluetoothdBack)
-        let ready = h.send(.adapterReady([watch: view]))
+        var (h, ready) = crashedAndBack(view)
         #expect(h.state(watch) == .needsRepair(reason: .bondLostInCrash))
         #expect(ready.connects() == 0)
         #expect(ready.reports(.needsRepair).first?.reasonToken == "bond-lost-in-crash")
@@ -103,11 +110,7 @@ struct BluetoothdCrashTests {
 
     @Test("a bond lost in a crash, on an object whose UUIDs BlueZ never filled (its browse failed on the link paird dropped): pairctl pair --service takes it by the services paird knows, once heard")
     func bondLostObjectWithoutUUIDs() {
-        var h = Harness.connected()
-        _ = bluetoothdDies(&h)
-        h.send(.bluetoothdUnit(Self.segv))
-        h.send(.bluetoothdBack)
-        h.send(.adapterReady([watch: BlueZDeviceView(exists: true, bonded: false, connected: true)]))
+        var (h, _) = crashedAndBack(BlueZDeviceView(exists: true, bonded: false, connected: true))
         #expect(h.state(watch) == .needsRepair(reason: .bondLostInCrash))
         h.send(.userPair(PairRequest(serviceUUIDs: [ServiceUUID.heartRate])))
         // BlueZ's object, as 5.66 leaves it: no UUIDs, no name; remembered, then heard.
@@ -138,11 +141,7 @@ struct BluetoothdCrashTests {
 
     @Test("after a crash, the kept link reported Connected just after reconciliation gets the resolve countdown, as every fresh link does")
     func keptLinkReportedLate() {
-        var h = Harness.connected()
-        _ = bluetoothdDies(&h)
-        h.send(.bluetoothdUnit(Self.segv))
-        h.send(.bluetoothdBack)
-        h.send(.adapterReady([watch: BlueZDeviceView()]))
+        var (h, _) = crashedAndBack(BlueZDeviceView())
         #expect(h.stateName(watch) == "waitingForDevice")
         h.advance(.milliseconds(40))
         h.send(.linkUp(watch))
@@ -164,11 +163,7 @@ struct BluetoothdCrashTests {
 
     @Test("the crash mark is spent at the first reconciliation after a crash (a stop: BluetoothdPresenceTests)")
     func crashMarkSpent() {
-        var h = Harness.connected()
-        _ = bluetoothdDies(&h)
-        h.send(.bluetoothdUnit(Self.segv))
-        h.send(.bluetoothdBack)
-        h.send(.adapterReady([watch: BlueZDeviceView()]))
+        var (h, _) = crashedAndBack(BlueZDeviceView())
         h.send(.adapterLost)
         h.send(.adapterReady([watch: BlueZDeviceView(connected: true)]))
         #expect(h.state(watch)?.countdown?.id.purpose == .resolve)
