@@ -36,16 +36,16 @@ struct PairctlErrorTests {
         #expect(PairctlExit.accessDenied.meaning.contains("usermod -aG bluetooth"))
     }
 
-    /// The README's "Exit codes:" sentence is the scripts' contract: it must list exactly the codes
-    /// pairctl has (a code added, renumbered or dropped on one side only fails here).
+    /// The README's exit-code table (Troubleshooting: `| exit | meaning | what to do |`) is the
+    /// scripts' contract: it must list exactly the codes pairctl has (a code added, renumbered or
+    /// dropped on one side only fails here).
     @Test("the README lists exactly pairctl's exit codes")
     func documented() throws {
         let text = try Self.readme()
-        let start = try #require(text.range(of: "Exit codes: "))
-        let end = try #require(text.range(of: ".\n", range: start.upperBound..<text.endIndex))
-        let sentence = text[start.upperBound..<end.lowerBound].replacingOccurrences(of: "\n", with: " ")
-        // "0 success, 1 other failure, …, 64 bad arguments": the number that opens each item.
-        let documented = sentence.components(separatedBy: ", ").compactMap { Int32($0.split(separator: " ").first ?? "") }
+        let header = try #require(text.range(of: "| exit | meaning | what to do |"))
+        // The table's rows after its header and separator, up to the first line that is no row.
+        let rows = text[header.upperBound...].split(separator: "\n").dropFirst().prefix { $0.hasPrefix("|") }
+        let documented = rows.compactMap { Int32($0.split(separator: "|").first?.trimmingCharacters(in: .whitespaces) ?? "") }
         #expect(documented.sorted() == PairctlExit.allCases.map(\.rawValue).sorted())
     }
 
