@@ -21,12 +21,19 @@ extension PairingMachine {
             if p.request.address == old { p.request.address = new }
             pairing = p
         }
+        // Every table keyed by or listing a wearable's address follows it (a slot or not: an
+        // abandoned Pair() is answered for the identity). `RekeyTests` walks the whole machine
+        // after a re-key and fails on any `old` left, so a new table cannot be forgotten.
+        abandonedPairs.rekey(old, to: new)
+        leftoverPairs.rekey(old, to: new)
+        autoConnectArmed.rekey(old, to: new)
+        bluetoothd.rekey(old, to: new)
+        host.rekey(old, to: new)
         guard let i = slot[old], slot[new] == nil else { return }
         slot[old] = nil
         slot[new] = i
         slots[i].identity.address = new
         slots[i].identity.addressType = type
-        if autoConnectArmed.remove(old) != nil { autoConnectArmed.insert(new) }
         // A countdown is owned by an address: the running one moves to the new owner, same deadline.
         if let c = slots[i].state.countdown {
             let moved = Countdown(id: .init(owner: .device(new), purpose: c.id.purpose, generation: nextGeneration()), deadline: c.deadline)
@@ -47,5 +54,46 @@ extension DeviceState {
             .waitingForDevice(.fallbackConnecting(call: call, startedAt: startedAt, countdown: c))
         case .restoring, .connected, .waitingForDevice(.onAutoConnect), .disconnected, .needsRepair, .adapterUnavailable: self
         }
+    }
+}
+
+extension BluetoothdWatch {
+    mutating func rekey(_ old: DeviceAddress, to new: DeviceAddress) {
+        settingUpAtLoss.rekey(old, to: new)
+        attributedAtLoss.rekey(old, to: new)
+        linkedAtLoss.rekey(old, to: new)
+        probation.rekey(old, to: new)
+        if onTrial == old { onTrial = new }
+        lastCrash?.awaited.rekey(old, to: new)
+        lastCrash?.backTimes.rekey(old, to: new)
+        lastCrash?.disarmed.rekey(old, to: new)
+    }
+}
+
+extension HostWatch {
+    mutating func rekey(_ old: DeviceAddress, to new: DeviceAddress) {
+        lastSleep?.awaited.rekey(old, to: new)
+        lastSleep?.backTimes.rekey(old, to: new)
+        lastSleep?.expected.rekey(old, to: new)
+        lastSleep?.judged.rekey(old, to: new)
+    }
+}
+
+extension Dictionary where Key == DeviceAddress {
+    /// The entry of `old`, if any, now under `new`.
+    mutating func rekey(_ old: DeviceAddress, to new: DeviceAddress) {
+        if let v = removeValue(forKey: old) { self[new] = v }
+    }
+}
+
+extension Set where Element == DeviceAddress {
+    mutating func rekey(_ old: DeviceAddress, to new: DeviceAddress) {
+        if remove(old) != nil { insert(new) }
+    }
+}
+
+extension Array where Element == DeviceAddress {
+    mutating func rekey(_ old: DeviceAddress, to new: DeviceAddress) {
+        for i in indices where self[i] == old { self[i] = new }
     }
 }
