@@ -131,7 +131,7 @@ extension Daemon {
     }
 
     /// Feeds the decider; logs and dispatches what it raises; re-arms the timer for its next deadline.
-    func alert(_ input: AlertDecider.Input, now: Moment) {
+    func alert(_ input: Observation, now: Moment) {
         guard let rt = alerting else { return }
         let raised = rt.decider.handle(input, now: now)
         for a in raised {

@@ -68,8 +68,7 @@ extension Daemon {
             metrics?.model.battery(a.description, name: machine.device(a)?.identity.name ?? "", level: Int(level))
             guard battery[a] != level else { return }
             battery[a] = level
-            record(.battery(a, level: level), now: Daemon.now())
-            alert(.battery(a, level: level), now: Daemon.now())
+            observe(.battery(a, level: level), now: Daemon.now())
             try? bus.emitSignal(path: PairdAPI.objectPath, interface: PairdAPI.interface, member: "Battery",
                                 args: [.string(a.description), .byte(level)])
         case .linkProven(let a):

@@ -114,7 +114,7 @@ public final class Daemon {
 
     /// Feeds the recorder and appends what it makes: one write per record and one fsync. The cap
     /// is applied on a thread of its own (`HistoryStore.compactInBackground`), never on the loop.
-    func record(_ input: HistoryRecorder.Input, now: Moment) {
+    func record(_ input: Observation, now: Moment) {
         var records = recorder.handle(input, now: now)
         if let jump = clockWatch.check(now) {
             log.warning("the wall clock jumped \(jump > 0 ? "+" : "")\(Int(jump.rounded())) s against the monotonic clock: recorded; "
@@ -341,11 +341,17 @@ public final class Daemon {
         api?.publishStatus()
     }
 
+    /// One observation, to every observer: the record (and the metrics, which read its lines),
+    /// then the alerts.
+    func observe(_ o: Observation, now: Moment) {
+        record(o, now: now)
+        alert(o, now: now)
+    }
+
     private func process(_ event: Event) {
         let now = Daemon.now()
         if log.minimumPriority == .debug { log.debug("machine: \(event)") }
-        if let input = HistoryRecorder.input(before: event) { record(input, now: now) }
-        if let input = AlertDecider.input(before: event) { alert(input, now: now) }
+        if let o = Observation.before(event) { observe(o, now: now) }
         actions.removeAll(keepingCapacity: true)
         machine.handle(event, now: now, into: &actions)
         let batch = actions
@@ -356,9 +362,10 @@ public final class Daemon {
             }
         }
         for action in batch {
-            if let input = HistoryRecorder.input(for: action) { record(input, now: now) }
+            let o = Observation.after(action)
+            if let o { record(o, now: now) }   // recorded before it is performed (a persist, a script)
             perform(action, now: now)
-            if let input = AlertDecider.input(for: action) { alert(input, now: now) }
+            if let o { alert(o, now: now) }
         }
         let status = machine.statusLine(now: now)
         if status != lastStatus {

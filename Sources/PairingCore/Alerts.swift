@@ -67,7 +67,7 @@ public struct Alert: Sendable, Hashable, CustomStringConvertible {
 /// Decides the host's own alerts (issue 33, item 4) from what the daemon already sees: the
 /// machine's reports (`Action.report`), battery readings, bluetoothd's crash reports, the host's
 /// sleep, and a `tick` carrying each wearable's last data (`ManagedDevice.lastDataAt`). Pure: no
-/// clock, no I/O; fed like `HistoryRecorder` (`input(before:)`, `input(for:)`), it returns the
+/// clock, no I/O; fed the same `Observation`s as `HistoryRecorder`, it returns the
 /// alerts to raise, each once:
 ///
 /// - `batteryLow`: a reading under `batteryLow` while armed; re-armed only by a reading of at
@@ -85,18 +85,6 @@ public struct Alert: Sendable, Hashable, CustomStringConvertible {
 /// Time-based alerts are decided at `tick`; `nextDeadline` says when the next could be due so
 /// the daemon arms one timer (no periodic wake-up).
 public struct AlertDecider: Sendable {
-    public enum Input: Sendable, Hashable {
-        case report(Report)
-        case battery(DeviceAddress, level: UInt8)
-        case bluetoothdCrashed(cause: String)
-        case addressChanged(DeviceAddress, to: DeviceAddress)
-        case hostSleeping
-        case hostResumed
-        /// Time passed: decide the time-based alerts. `lastData`: each wearable's last data
-        /// (`ManagedDevice.lastDataAt`) as the machine knows it.
-        case tick(lastData: [DeviceAddress: Moment])
-    }
-
     struct Device: Sendable, Hashable {
         var name = ""
         var connected = false
@@ -139,7 +127,7 @@ public struct AlertDecider: Sendable {
         }
     }
 
-    public mutating func handle(_ input: Input, now: Moment) -> [Alert] {
+    public mutating func handle(_ input: Observation, now: Moment) -> [Alert] {
         switch input {
         case .report(let r):
             guard let a = r.device else { return [] }
@@ -158,6 +146,8 @@ public struct AlertDecider: Sendable {
             return []
         case .bluetoothdCrashed(let cause):
             return [Alert(kind: .bluetoothdCrashed, device: nil, reason: cause)]
+        case .pairdStarted, .pairdStopping, .alive, .bluetoothdLeft, .adapterReady:
+            return [] // what they change for a wearable comes as its reports
         case .addressChanged(let old, let new):
             if let d = devices.removeValue(forKey: old) { devices[new] = d }
             return []
@@ -284,26 +274,5 @@ public struct AlertDecider: Sendable {
             if let limit = config.noDataFor, d.connected, !d.silenceAlerted, let since = silenceStart(d) { consider(since + limit) }
         }
         return best
-    }
-}
-
-extension AlertDecider {
-    /// What of a machine event the alerts need, told before the machine handles it.
-    public static func input(before event: Event) -> Input? {
-        switch event {
-        case .hostSleeping: .hostSleeping
-        case .hostResumed: .hostResumed
-        case .addressChanged(let old, let new, _): .addressChanged(old, to: new)
-        default: nil
-        }
-    }
-
-    /// What of a machine action the alerts need: state changes and bluetoothd's crashes.
-    public static func input(for action: Action) -> Input? {
-        switch action {
-        case .report(let r): .report(r)
-        case .bluetoothdReport(.crashed(let c)): .bluetoothdCrashed(cause: c.cause)
-        default: nil
-        }
     }
 }

@@ -11,32 +11,6 @@
 /// time away after a link loss is `away` however paird tries, the time after a bluetoothd crash is
 /// `down` until the link is back.
 public struct HistoryRecorder: Sendable {
-    public enum Input: Sendable, Hashable {
-        case pairdStarted
-        case pairdStopping
-        /// Nothing was written for a while: a line that says paird was running.
-        case alive
-        /// A state change of the machine (`Action.report`).
-        case report(Report)
-        /// bluetoothd left the bus (`Event.bluetoothdLeft`): the adapter's loss that follows is
-        /// bluetoothd's.
-        case bluetoothdLeft
-        /// The adapter is ready again (`Event.adapterReady`).
-        case adapterReady
-        /// systemd called bluetoothd's exit a crash (`BluetoothdReport.crashed`).
-        case bluetoothdCrashed
-        case battery(DeviceAddress, level: UInt8)
-        /// A private address resolved to the wearable's identity (`Event.addressChanged`): what
-        /// is known of it moves to the new address (earlier lines keep the old one).
-        case addressChanged(DeviceAddress, to: DeviceAddress)
-        /// The host is going to sleep (`Event.hostSleeping`): a wanted wearable's time from now
-        /// until the resume is left out of its availability, like a user's disconnect.
-        case hostSleeping
-        /// The host woke up (`Event.hostResumed`): each one the sleep took is wanted again, and
-        /// its time until it is back counts.
-        case hostResumed
-    }
-
     struct Device: Sendable {
         var condition: HistoryRecord.Condition?
         var reason: String?
@@ -73,7 +47,7 @@ public struct HistoryRecorder: Sendable {
         }
     }
 
-    public mutating func handle(_ input: Input, now: Moment) -> [HistoryRecord] {
+    public mutating func handle(_ input: Observation, now: Moment) -> [HistoryRecord] {
         let t = now.unixTime
         switch input {
         case .pairdStarted:
@@ -144,6 +118,8 @@ public struct HistoryRecorder: Sendable {
             if let l = battery.removeValue(forKey: old.description) { battery[new.description] = l }
             if let t = batteryAt.removeValue(forKey: old.description) { batteryAt[new.description] = t }
             return []
+        case .tick:
+            return [] // the record is written as things happen, not by time
         }
     }
 
@@ -275,28 +251,6 @@ extension HistoryRecorder {
     /// The device's current drop began within `DisconnectClassifier.causeWindow` of `now`.
     func causedNow(_ d: Device, _ now: Moment) -> Bool {
         d.droppedAt.map { now.since($0) <= DisconnectClassifier.causeWindow } ?? false
-    }
-
-    /// What of a machine event the record needs, told before the machine handles it (so the
-    /// adapter's loss that follows bluetoothd's is known as bluetoothd's).
-    public static func input(before event: Event) -> Input? {
-        switch event {
-        case .bluetoothdLeft: .bluetoothdLeft
-        case .adapterReady: .adapterReady
-        case .hostSleeping: .hostSleeping
-        case .hostResumed: .hostResumed
-        case .addressChanged(let old, let new, _): .addressChanged(old, to: new)
-        default: nil
-        }
-    }
-
-    /// What of a machine action the record needs: state changes and bluetoothd's crashes.
-    public static func input(for action: Action) -> Input? {
-        switch action {
-        case .report(let r): .report(r)
-        case .bluetoothdReport(.crashed): .bluetoothdCrashed
-        default: nil
-        }
     }
 }
 

@@ -14,8 +14,8 @@ struct AlertDeciderTests {
         var decider = AlertDecider(config: AlertConfig())
         var now = Moment.at(0)
         var alerts: [Alert] = []
-        mutating func send(_ i: AlertDecider.Input) { alerts += decider.handle(i, now: now) }
-        mutating func at(_ seconds: Double, _ i: AlertDecider.Input) { now = .at(seconds); send(i) }
+        mutating func send(_ i: Observation) { alerts += decider.handle(i, now: now) }
+        mutating func at(_ seconds: Double, _ i: Observation) { now = .at(seconds); send(i) }
         /// Runs time to `seconds`, ticking at each deadline on the way (as the daemon's timer does).
         mutating func run(to seconds: Double, lastData: [DeviceAddress: Moment] = [:]) {
             while let d = decider.nextDeadline, d <= .at(seconds) {
@@ -27,7 +27,7 @@ struct AlertDeciderTests {
         }
     }
 
-    func report(_ a: DeviceAddress, _ kind: Report.Kind, _ from: DeviceState.Kind, _ to: DeviceState.Kind, reason: ReportReason? = nil) -> AlertDecider.Input {
+    func report(_ a: DeviceAddress, _ kind: Report.Kind, _ from: DeviceState.Kind, _ to: DeviceState.Kind, reason: ReportReason? = nil) -> Observation {
         .report(Report(kind: kind, device: a, name: "Watch", from: .state(from), to: .state(to), reason: reason))
     }
 
@@ -153,8 +153,8 @@ struct AlertDeciderTests {
         var decider = AlertDecider(config: AlertConfig())
         var alerts: [Alert] = []
         func send(_ e: Event) {
-            if let i = AlertDecider.input(before: e) { alerts += decider.handle(i, now: h.now) }
-            for a in h.send(e) { if let i = AlertDecider.input(for: a) { alerts += decider.handle(i, now: h.now) } }
+            if let i = Observation.before(e) { alerts += decider.handle(i, now: h.now) }
+            for a in h.send(e) { if let i = Observation.after(a) { alerts += decider.handle(i, now: h.now) } }
         }
         func tick() { alerts += decider.handle(.tick(lastData: [:]), now: h.now) }
         h.advance(.seconds(10))

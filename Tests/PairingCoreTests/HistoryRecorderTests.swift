@@ -6,8 +6,8 @@ import Foundation
 import PairingCore
 import Testing
 
-/// The availability record's recorder, fed as the daemon feeds it (`HistoryRecorder.input(before:)`,
-/// `input(for:)`) from the real machine's actions.
+/// The availability record's recorder, fed as the daemon feeds it (`Observation.before(_:)`,
+/// `Observation.after(_:)`) from the real machine's actions.
 @Suite("HistoryRecorder: events → records")
 struct HistoryRecorderTests {
     let watch = Harness.watch
@@ -20,11 +20,11 @@ struct HistoryRecorderTests {
         var records: [HistoryRecord] = []
 
         mutating func send(_ e: Event) {
-            if let i = HistoryRecorder.input(before: e) { records += recorder.handle(i, now: h.now) }
-            for a in h.send(e) { if let i = HistoryRecorder.input(for: a) { records += recorder.handle(i, now: h.now) } }
+            if let i = Observation.before(e) { records += recorder.handle(i, now: h.now) }
+            for a in h.send(e) { if let i = Observation.after(a) { records += recorder.handle(i, now: h.now) } }
         }
 
-        mutating func input(_ i: HistoryRecorder.Input) { records += recorder.handle(i, now: h.now) }
+        mutating func input(_ i: Observation) { records += recorder.handle(i, now: h.now) }
 
         mutating func linkComesUp(_ a: DeviceAddress) {
             send(.linkUp(a)); send(.servicesResolved(a)); send(.setUpLinkFinished(a, failure: nil))

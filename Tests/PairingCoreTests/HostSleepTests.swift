@@ -136,8 +136,8 @@ struct HostSleepTests {
         var recorder = HistoryRecorder()
         var records: [HistoryRecord] = []
         func send(_ e: Event) {
-            if let i = HistoryRecorder.input(before: e) { records += recorder.handle(i, now: h.now) }
-            for a in h.send(e) { if let i = HistoryRecorder.input(for: a) { records += recorder.handle(i, now: h.now) } }
+            if let i = Observation.before(e) { records += recorder.handle(i, now: h.now) }
+            for a in h.send(e) { if let i = Observation.after(a) { records += recorder.handle(i, now: h.now) } }
         }
         _ = recorder.handle(.pairdStarted, now: h.now)
         send(.linkDown(ring, linkLoss))
@@ -168,8 +168,8 @@ struct HostSleepTests {
         var records: [HistoryRecord] = [], all: [HistoryRecord] = []
         func send(_ e: Event) {
             var out: [HistoryRecord] = []
-            if let i = HistoryRecorder.input(before: e) { out += recorder.handle(i, now: h.now) }
-            for a in h.send(e) { if let i = HistoryRecorder.input(for: a) { out += recorder.handle(i, now: h.now) } }
+            if let i = Observation.before(e) { out += recorder.handle(i, now: h.now) }
+            for a in h.send(e) { if let i = Observation.after(a) { out += recorder.handle(i, now: h.now) } }
             records += out
             all += out
         }

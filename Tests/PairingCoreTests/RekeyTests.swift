@@ -80,8 +80,8 @@ struct RekeyTests {
         let h = populatedMachine()
         _ = recorder.handle(.pairdStarted, now: h.now)
         for a in h.log {
-            if let i = HistoryRecorder.input(for: a) { _ = recorder.handle(i, now: h.now) }
-            if let i = AlertDecider.input(for: a) { _ = alerts.handle(i, now: h.now) }
+            if let i = Observation.after(a) { _ = recorder.handle(i, now: h.now) }
+            if let i = Observation.after(a) { _ = alerts.handle(i, now: h.now) }
         }
         _ = recorder.handle(.battery(old, level: 50), now: h.now)
         _ = alerts.handle(.battery(old, level: 50), now: h.now)
