@@ -10,12 +10,15 @@ PropertiesChanged Connected/ServicesResolved false, then true — and one `pairc
 → until paird's CPU time stops moving and (at most 60 s) all are `connected` again, 2 s →
 snapshot "churn".  A snapshot: VmRSS/VmHWM (/proc/PID/status), smaps_rollup, and every mapping of
 /proc/PID/smaps sorted into
-  paird binary (file-backed pages: code r-x, read-only data r--, and the pages of its own mappings
-    that were written: .data/.got/.bss, anonymous), shared libraries (file-backed / written),
+  paird binary (its r-x segment: .text, .rodata, .rela.dyn, …; a separate r-- segment if any; its
+    rw segment: .data.rel.ro, .data, .bss, file-backed or written), shared libraries (file-backed /
+    written: anonymous copy-on-write pages),
   [heap] (brk: glibc's main arena), malloc arenas of other threads (anonymous mappings whose
     reservation is glibc's 64 MB arena), thread stacks (the mapping holding each thread's stack
     pointer, from /proc/PID/task/TID/syscall; [stack] for the main thread), other anonymous
-    mappings (mmap'd large allocations, the Swift runtime's own mmaps, …).
+    mappings (mmap'd large allocations, the Swift runtime's own mmaps, …);
+and, after churn, how much of each section of paird's binary (.text, .rodata, .rela.dyn, …) is
+resident (/proc/PID/pagemap).
 Then the same scenario once more under heaptrack (--heaptrack BIN): the top allocation sites by
 their share of the peak heap, the allocator frames skipped (malloc, swift_slowAlloc,
 swift_allocObject, …), names demangled with swift-demangle.  And pairctl's own max RSS
@@ -30,6 +33,7 @@ import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -38,6 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from scale_mock import Host, proc_cpu, rss_by_mapping  # noqa: E402
 
 N = 3
+PAGE = os.sysconf("SC_PAGE_SIZE")
 ARENA = 64 << 20  # glibc's HEAP_MAX_SIZE on 64-bit: a thread arena's reservation, aligned to it
 
 
@@ -112,8 +117,8 @@ def breakdown(pid, binary):
     sps = thread_sps(pid)
     binary = os.path.realpath(binary)
     parts = collections.OrderedDict((k, 0) for k in (
-        "paird binary: text+rodata (r-x)", "paird binary: read-only data (r--)", "paird binary: written (.data/.bss, anon)",
-        "shared libraries: file-backed", "shared libraries: written (anon)",
+        "paird binary: text+rodata (r-x)", "paird binary: read-only data (r--)", "paird binary: data segment (rw, .bss)",
+        "shared libraries: file-backed", "shared libraries: written (anon, COW)",
         "[heap] (brk: main arena)", "malloc arenas (other threads)", "thread stacks", "other anonymous mmaps",
         "other (vdso, vvar, files…)"))
     stacks, arenas = 0, 0
@@ -124,15 +129,15 @@ def breakdown(pid, binary):
             if "x" in m["perms"]:
                 parts["paird binary: text+rodata (r-x)"] += rss - anon
             elif "w" in m["perms"]:
-                parts["paird binary: written (.data/.bss, anon)"] += rss - anon
+                parts["paird binary: data segment (rw, .bss)"] += rss - anon
             else:
                 parts["paird binary: read-only data (r--)"] += rss - anon
-            parts["paird binary: written (.data/.bss, anon)"] += anon
+            parts["paird binary: data segment (rw, .bss)"] += anon
             bss_after_binary = "w" in m["perms"]
             continue
         if path.startswith("/") and not path.startswith("/memfd"):
             parts["shared libraries: file-backed"] += rss - anon
-            parts["shared libraries: written (anon)"] += anon
+            parts["shared libraries: written (anon, COW)"] += anon
             bss_after_binary = False
             continue
         after_binary, bss_after_binary = bss_after_binary, False
@@ -145,7 +150,7 @@ def breakdown(pid, binary):
             parts["thread stacks"] += rss
             stacks += 1
         elif path == "" and after_binary and "w" in m["perms"]:
-            parts["paird binary: written (.data/.bss, anon)"] += rss  # .bss past the file's end
+            parts["paird binary: data segment (rw, .bss)"] += rss  # .bss past the file's end
         elif path == "" and "rw" in m["perms"] and m["lo"] % ARENA == 0 and (
                 m["hi"] - m["lo"] == ARENA or (i + 1 < len(maps) and maps[i + 1]["perms"].startswith("---")
                                               and maps[i + 1]["hi"] - m["lo"] == ARENA)):
@@ -159,6 +164,37 @@ def breakdown(pid, binary):
     return dict(parts=parts, threads=len(sps), thread_names=dict(comms), stack_mappings=stacks, arenas=arenas,
                 rss_sum=sum(m["Rss"] for m in maps))
 
+
+def sections(binary):
+    """The allocated sections of binary: (name, address, size)."""
+    out = subprocess.run(["readelf", "-SW", binary], capture_output=True, text=True).stdout
+    secs = []
+    for line in out.splitlines():
+        m = re.match(r"\s*\[\s*\d+\]\s+(\S+)\s+\S+\s+([0-9a-f]+)\s+[0-9a-f]+\s+([0-9a-f]+)\s+\S+\s+(\S*)", line)
+        if m and int(m.group(2), 16) and "A" in m.group(4):
+            secs.append((m.group(1), int(m.group(2), 16), int(m.group(3), 16)))
+    return secs
+
+def resident_by_section(pid, binary):
+    """kB of each section of paird's binary, and how much of it is resident (/proc/PID/pagemap's
+    present bit per page)."""
+    binary = os.path.realpath(binary)
+    base = None
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            h = line.split()
+            if len(h) > 5 and os.path.realpath(h[5]) == binary and int(h[2], 16) == 0:
+                base = int(h[0].split("-")[0], 16)
+                break
+    res = collections.OrderedDict()
+    with open(f"/proc/{pid}/pagemap", "rb") as pm:
+        for name, addr, size in sections(binary):
+            lo, hi = (base + addr) // PAGE, (base + addr + size + PAGE - 1) // PAGE
+            pm.seek(lo * 8)
+            data = pm.read((hi - lo) * 8)
+            n = sum(1 for (e,) in struct.iter_unpack("<Q", data) if e >> 63 & 1)
+            res[name] = (size // 1024, n * PAGE // 1024)
+    return res
 
 def snapshot(pid, binary):
     s = status_kb(pid)
@@ -205,6 +241,7 @@ def variant(h, a, label, extra_env, ctl=False):
     time.sleep(2)
     after = snapshot(pid, a.paird)
     after["top_mappings"] = rss_by_mapping(pid, 8)
+    after["sections"] = resident_by_section(pid, a.paird)
     r = dict(bench="memory", variant=label, env=extra_env, rounds=a.rounds, churn_s=time.monotonic() - t0,
              states_after=states(h), start=start, churn=after, cpu_s=proc_cpu(pid))
     if ctl:
@@ -237,6 +274,11 @@ def print_table(runs):
               f"churn+settle {r['churn_s']:.1f} s; paird CPU {r['cpu_s']:.2f} s in all")
         print("    largest resident files/mappings after churn: "
               + ", ".join(f"{n} {kb} kB" for kb, n in r["churn"]["top_mappings"]))
+    print("\npaird's binary after churn, by section: size / resident kB (pagemap), sections with ≥ 16 kB resident")
+    print(f"  {'section':32s}" + "".join(f"{r['variant']:>26s}" for r in runs))
+    for name, (size, _) in runs[0]["churn"]["sections"].items():
+        if any(r["churn"]["sections"].get(name, (0, 0))[1] >= 16 for r in runs):
+            print(f"  {name:32s}" + "".join(f"{size:>14d} / {r['churn']['sections'].get(name, (0, 0))[1]:>8d}" for r in runs))
 
 
 # ----------------------------------------------------------------- heaptrack
