@@ -257,7 +257,7 @@ def mb(kb):
 def print_table(runs):
     cols = [(r["variant"], k, r[k]) for r in runs for k in ("start", "churn")]
     w = 44
-    print(f"\n{'kB → MB (resident)':{w}s}" + "".join(f"{(v + ' ' + k):>22s}" for v, k, _ in cols))
+    print(f"\n{'kB → MB (resident)':{w}s}" + "".join(f"{(v + ' ' + k):>26s}" for v, k, _ in cols))
     rows = [("VmRSS", lambda s: mb(s["status"]["VmRSS"])), ("VmHWM", lambda s: mb(s["status"]["VmHWM"])),
             ("  RssFile", lambda s: mb(s["status"]["RssFile"])), ("  RssAnon", lambda s: mb(s["status"]["RssAnon"])),
             ("Pss (smaps_rollup)", lambda s: mb(s["rollup"]["Pss"])),
@@ -268,7 +268,7 @@ def print_table(runs):
              ("threads", lambda s: str(s["threads"])), ("stack mappings found", lambda s: str(s["stack_mappings"])),
              ("thread arenas found", lambda s: str(s["arenas"]))]
     for name, f in rows:
-        print(f"{name:{w}s}" + "".join(f"{f(s):>22s}" for _, _, s in cols))
+        print(f"{name:{w}s}" + "".join(f"{f(s):>26s}" for _, _, s in cols))
     for r in runs:
         print(f"  {r['variant']}: threads {r['churn']['thread_names']}; after churn paird says {r['states_after']}; "
               f"churn+settle {r['churn_s']:.1f} s; paird CPU {r['cpu_s']:.2f} s in all")
