@@ -4,7 +4,7 @@
 # (JSON lines + report.md, the tables of BENCHMARKS.md); VM logs in testbed-out/bench-*/
 # (with BENCH_PARALLEL: testbed-out/bench-<time>/reconnect-<approach>-<k>/).
 #
-#   Tests/bench/bench.sh [--quick] [scale] [native] [reconnect] [costs] [stall] [history] [around]  (default: all seven)
+#   Tests/bench/bench.sh [--quick] [scale] [native] [reconnect] [costs] [stall] [history] [around] [memory]  (default: all eight)
 #
 #   scale      host, python-dbusmock: 1/10/100 devices, memory and CPU per event      (~1 min)
 #   native     host, python-dbusmock: start-up and idle cost on the host's own CPU    (~3 min)
@@ -16,6 +16,9 @@
 #   around     VM, one at a time: resume → first notification (paird_sleep, BENCH_SLEEPS sleeps) and
 #              plug-in → first notification (paird_replug, BENCH_REPLUGS rounds), each beside a clean
 #              bluetoothd restart's figure from the same run                          (~12 min)
+#   memory     host, python-dbusmock: paird's RSS by part (binary text, libraries, heap, stacks…) at start
+#              and after BENCH_MEMORY_ROUNDS (50) rounds of link churn, beside MALLOC_ARENA_MAX=2; the top
+#              allocation sites under heaptrack; pairctl's max RSS                    (~5 min)
 #   --quick    a smoke run with few reps (~8 min in all)
 # Knobs (environment): BENCH_REPS5 (20), BENCH_REPS60 (2), BENCH_REPS300 (0), BENCH_STARTS (20),
 # BENCH_WINDOW (90 s; the native part's windows too), BENCH_SCALE_REPS (3), BENCH_STALL_REPS (5 per
@@ -32,15 +35,15 @@ quick=0; parts=()
 for a in "$@"; do
   case $a in
     --quick) quick=1 ;;
-    scale|native|reconnect|costs|stall|history|around) parts+=("$a") ;;
+    scale|native|reconnect|costs|stall|history|around|memory) parts+=("$a") ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench.sh: unknown argument $a" >&2; exit 64 ;;
   esac
 done
-((${#parts[@]})) || parts=(scale native reconnect costs stall history around)
+((${#parts[@]})) || parts=(scale native reconnect costs stall history around memory)
 if ((quick)); then
   : "${BENCH_REPS5:=2}" "${BENCH_REPS60:=0}" "${BENCH_STARTS:=3}" "${BENCH_WINDOW:=15}" "${BENCH_SCALE_REPS:=1}" "${BENCH_STALL_REPS:=2}"
-  : "${BENCH_HISTORY_REPS:=3}" "${BENCH_HISTORY_RSS_SECONDS:=40}" "${BENCH_SLEEPS:=3}" "${BENCH_REPLUGS:=2}"
+  : "${BENCH_HISTORY_REPS:=3}" "${BENCH_HISTORY_RSS_SECONDS:=40}" "${BENCH_SLEEPS:=3}" "${BENCH_REPLUGS:=2}" "${BENCH_MEMORY_ROUNDS:=10}"
 fi
 say() { printf '\033[1m[bench]\033[0m %s\n' "$*" >&2; }
 
@@ -133,6 +136,12 @@ for part in "${parts[@]}"; do
         --historybench "$BIN/HistoryBench" --reps "${BENCH_HISTORY_REPS:-20}" \
         --rss-seconds "${BENCH_HISTORY_RSS_SECONDS:-240}" --out "$RES/history.jsonl" \
         2> >(grep -v 'fd limit' >&2) | tee "$RES/history.txt" ;;
+    memory)
+      say "paird's memory by part, and by allocation site under heaptrack, on python-dbusmock (host)"
+      command -v heaptrack >/dev/null || apt-get install -y -q heaptrack >/dev/null
+      /usr/bin/python3 Tests/bench/memory.py --paird "$PAIRD_BIN" --pairctl "$PAIRCTL_BIN" \
+        --rounds "${BENCH_MEMORY_ROUNDS:-50}" --env MALLOC_ARENA_MAX=2 --keep "$RES" --out "$RES/memory.jsonl" \
+        2> >(grep -v 'fd limit' >&2) | tee "$RES/memory.txt" ;;
     native)
       say "start-up and idle cost on python-dbusmock (host CPU, not emulated)"
       /usr/bin/python3 Tests/bench/native_costs.py --paird "$PAIRD_BIN" --pairctl "$PAIRCTL_BIN" \
