@@ -20,8 +20,8 @@ systemd mode: D-Bus activation). paird must then name the strap as the cause by 
 2 deaths of bluetoothd per reset, needsRepair, no link after it, and the one command repairs it.
 On 6.12 bluetoothd does not die and the supervisor has nothing to do (its count is printed).
 
-Repeated BED_X_REPS times (default 3; the issue asks 10 of 10: `BED_X_REPS=10`), each repair
-timed. Fails on: no needsRepair, a link up at the end of 10 s watched after needsRepair
+Repeated BED_X_REPS times (default 3; the issue asks 10 of 10: `BED_X_REPS=10 BED_TIMEOUT_S=1000`,
+the header's deadline being for 3), each repair timed. Fails on: no needsRepair, a link up at the end of 10 s watched after needsRepair
 (Device1.Connected, or the strap's own view), more than one link-up of the strap after needsRepair
 (its own `connected` events: the one race above is allowed), an exit other than 0, no "removing the old bond" line, not connected or not notifying afterwards."""
 import os
