@@ -55,18 +55,14 @@ extension BlueZClient {
         case .forgetBluetoothd:
             generation += 1
             cache.clear()
-            disconnectReasons = [:]
-            liveLinks = []
-            dropsRequested = []
-            provenLinks = []
+            eachLink { $0.bluetoothdLeft() }
             dropAgentCalls("bluetoothd left the bus")
             retryTimer?.cancel()
             listTimer?.cancel()
         case .releaseAdapter(let path):
             note("no longer using adapter \(path)")
             if discoveryAdapter == path { discoveryAdapter = nil }
-            liveLinks = liveLinks.filter { adapterPath(for: $0) != path }
-            provenLinks = provenLinks.filter { adapterPath(for: $0) != path }
+            eachLink(where: { adapterPath(for: $0) == path }) { $0.ended() }
         case .registerAgent:
             registerAgent()
         case .unregisterAgent:

@@ -29,7 +29,7 @@ extension BlueZClient {
 
     public func disconnect(_ address: DeviceAddress, reply: @escaping (BlueZFailure?) -> Void) {
         guard let path = targetPath(address, reply) else { return }
-        dropsRequested.insert(address)
+        link(address) { $0.dropRequested = true }
         call(path, Iface.device, "Disconnect") { reply(Self.failure($0)) }
     }
 
@@ -89,7 +89,7 @@ extension BlueZClient {
         ]
         if let address { filter["Pattern"] = .string(address.description) }
         let gen = generation
-        scanRSSI = [:]
+        eachLink { $0.scanRSSI = nil }
         call(adapterPath, Iface.adapter, "SetDiscoveryFilter", [.vardict(filter)]) { [weak self] result in
             guard let self else { return }
             if let failure = Self.failure(result) { reply(failure); return }
@@ -105,7 +105,7 @@ extension BlueZClient {
     }
 
     public func stopDiscovery() {
-        scanRSSI = [:]
+        eachLink { $0.scanRSSI = nil }
         guard let adapterPath = discoveryAdapter else { return }
         discoveryAdapter = nil
         call(adapterPath, Iface.adapter, "StopDiscovery") { [weak self] result in
@@ -132,8 +132,7 @@ extension BlueZClient {
         let wanted = subscribe.compactMap { ServiceUUID.normalize($0) }
         var uuids = Set(wanted)
         if battery { uuids.insert(ServiceUUID.batteryLevel) }
-        notifyUUIDs[address] = uuids
-        liveLinks.insert(address)
+        link(address) { $0.notifyUUIDs = uuids; $0.live = true }
 
         let chars = characteristics(under: devPath)
         var outcome: BlueZFailure?
@@ -197,9 +196,9 @@ extension BlueZClient {
 
     /// A configured characteristic appeared under a device whose link is set up: subscribe.
     func lateSubscribe(_ path: String, _ props: Props) {
-        guard let devPath = Self.devicePathPrefix(of: path), let address = ours(devPath), liveLinks.contains(address),
+        guard let devPath = Self.devicePathPrefix(of: path), let address = ours(devPath), let l = links[address], l.live,
               let raw = props["UUID"]?.string, let uuid = ServiceUUID.normalize(raw),
-              notifyUUIDs[address]?.contains(uuid) == true else { return }
+              l.notifyUUIDs?.contains(uuid) == true else { return }
         stats.lateSubscriptions += 1
         (inform ?? log)?("\(address): \(uuid) appeared at \(path) on a set-up link (BlueZ re-read the services); subscribing")
         if uuid == ServiceUUID.batteryLevel { readBattery(path, devPath, address) {} }

@@ -65,9 +65,7 @@ extension BlueZClient {
         cache.remove(path, names)
         if names.contains(Iface.device) {
             if let address {
-                notifyUUIDs[address] = nil
-                liveLinks.remove(address)
-                provenLinks.remove(address)
+                link(address) { $0.notifyUUIDs = nil; $0.ended() }
                 if ready { holdRemoval(address) }
             }
         }
@@ -75,8 +73,7 @@ extension BlueZClient {
             if presence.slot(holding: path) != nil {
                 let gone = Set(cache.devices(under: path).map(\.address))
                 cache.removeChildren(of: path)
-                liveLinks.subtract(gone)
-                provenLinks.subtract(gone)
+                eachLink(where: gone.contains) { $0.ended() }
             }
             evaluate()
         }
@@ -127,13 +124,10 @@ extension BlueZClient {
         }
     }
 
-    /// Moves what the client keeps per address to the device's new one.
+    /// Moves what the client keeps per address to the device's new one: its link facts whole
+    /// (over any the new address already had), its place among the held-back removals.
     func rekey(_ old: DeviceAddress, to new: DeviceAddress) {
-        if let r = disconnectReasons.removeValue(forKey: old) { disconnectReasons[new] = r }
-        if let u = notifyUUIDs.removeValue(forKey: old) { notifyUUIDs[new] = u }
-        if liveLinks.remove(old) != nil { liveLinks.insert(new) }
-        if provenLinks.remove(old) != nil { provenLinks.insert(new) }
-        if let r = scanRSSI.removeValue(forKey: old) { scanRSSI[new] = r }
+        if let l = links.removeValue(forKey: old) { links[new] = l.merged(over: links[new] ?? DeviceLink()) }
         pendingRemovals = pendingRemovals.map { $0 == old ? new : $0 }
     }
 
@@ -164,20 +158,21 @@ extension BlueZClient {
         let wasUp = after.connected ? before.connected : before.connected || before.servicesResolved
         // A link paird asked to drop that went down unseen (no Connected=false): BlueZ's
         // Connected=true is the next link's.
-        let nextLink = after.connected && before.connected && changed["Connected"]?.bool == true && dropsRequested.contains(a)
-        if changed["Connected"] != nil { dropsRequested.remove(a) }
+        let nextLink = after.connected && before.connected && changed["Connected"]?.bool == true && links[a]?.dropRequested == true
+        if changed["Connected"] != nil { link(a) { $0.dropRequested = false } }
         if changed["Connected"] != nil, wasUp != after.connected || nextLink {
             if after.connected {
                 emit(.linkUp(a))
             } else {
-                liveLinks.remove(a); provenLinks.remove(a)
+                var reason: DisconnectClassifier.Reason?
+                link(a) { reason = $0.disconnectReason; $0.disconnectReason = nil; $0.ended() }
                 emit(.linkDown(a, DisconnectClassifier.Evidence(
-                    reason: disconnectReasons.removeValue(forKey: a), stillBonded: after.isBonded,
+                    reason: reason, stillBonded: after.isBonded,
                     deviceExists: true, adapterUp: adapterInfo(Self.parent(of: path))?.powered ?? false)))
             }
         }
         if changed["ServicesResolved"] != nil, before.servicesResolved != after.servicesResolved {
-            if !after.servicesResolved { liveLinks.remove(a); provenLinks.remove(a) }
+            if !after.servicesResolved { link(a) { $0.ended() } }
             if after.servicesResolved {
                 emit(.servicesResolved(a))
             } else if after.connected {
@@ -197,12 +192,12 @@ extension BlueZClient {
     /// sent it because it heard an advertisement now (the bed's btvirt reports 127 for every
     /// one, as a controller may that does not measure it).
     func heard(_ a: DeviceAddress, _ rssi: DBusValue?) -> Int? {
-        if discoveryActive, let r = rssi?.int16 { scanRSSI[a] = Int(r) }
-        return scanRSSI[a]
+        if discoveryActive, let r = rssi?.int16 { link(a) { $0.scanRSSI = Int(r) } }
+        return links[a]?.scanRSSI
     }
 
     func characteristicValue(_ path: String, _ value: DBusValue) {
-        guard ready, let devPath = Self.devicePathPrefix(of: path), let address = ours(devPath), let wanted = notifyUUIDs[address],
+        guard ready, let devPath = Self.devicePathPrefix(of: path), let address = ours(devPath), let wanted = links[address]?.notifyUUIDs,
               let raw = cache[path]?[Iface.characteristic]?["UUID"]?.string,
               let uuid = ServiceUUID.normalize(raw), wanted.contains(uuid) else { return }
         guard let bytes = value.bytes else {
@@ -217,12 +212,12 @@ extension BlueZClient {
     }
 
     /// `Notifying` turned false on a characteristic `setUpLink` subscribed, while its device's link
-    /// is up and set up (a link going down ends its subscriptions too: `liveLinks` says which).
+    /// is up and set up (a link going down ends its subscriptions too: `DeviceLink.live` says which).
     func notifyingEnded(_ path: String) {
         guard ready, !resubscribing.contains(path), let devPath = Self.devicePathPrefix(of: path),
-              let address = ours(devPath), liveLinks.contains(address),
+              let address = ours(devPath), links[address]?.live == true,
               cache[devPath]?[Iface.device]?["Connected"]?.bool == true || cache[devPath]?[Iface.device]?["ServicesResolved"]?.bool == true,
-              let wanted = notifyUUIDs[address],
+              let wanted = links[address]?.notifyUUIDs,
               let raw = cache[path]?[Iface.characteristic]?["UUID"]?.string,
               let uuid = ServiceUUID.normalize(raw), wanted.contains(uuid) else { return }
         stats.subscriptionsEnded += 1
@@ -231,7 +226,8 @@ extension BlueZClient {
     }
 
     func proven(_ address: DeviceAddress) {
-        guard ready, provenLinks.insert(address).inserted else { return }
+        guard ready, links[address]?.proven != true else { return }
+        link(address) { $0.proven = true }
         emit(.linkProven(address))
     }
 
@@ -252,6 +248,6 @@ extension BlueZClient {
         guard ready, let address = ours(path) else { return }
         // Kept for the `linkDown` that follows (BlueZ sends this just before Connected=false).
         note("\(address): Disconnected \(reason) (\(text))")
-        disconnectReasons[address] = DisconnectClassifier.Reason(name: reason)
+        link(address) { $0.disconnectReason = DisconnectClassifier.Reason(name: reason) }
     }
 }

@@ -94,8 +94,8 @@ public final class BlueZClient {
     typealias Props = [String: DBusValue]
     /// bluetoothd's objects as last seen, updated in place.
     var cache = ObjectCache()
-    /// `Device1.Disconnected` reasons (BlueZ ≥ 5.83), until the `Connected=false` that follows.
-    var disconnectReasons: [DeviceAddress: DisconnectClassifier.Reason] = [:]
+    /// Each device's link facts (`DeviceLink`), changed only through `link(_:_:)`.
+    var links: [DeviceAddress: DeviceLink] = [:]
     /// bluetoothd, the adapter, the registrations and what was said about them (`Presence.swift`).
     public internal(set) var presence = Presence()
     /// Inputs waiting while `present` carries out actions (`BlueZClient+Presence`).
@@ -153,33 +153,10 @@ public final class BlueZClient {
     /// The adapter our discovery runs on (nil: none runs).
     var discoveryAdapter: String?
     var discoveryActive: Bool { discoveryAdapter != nil }
-    /// The RSSI of each device heard advertising since our discovery last started: BlueZ sends
-    /// `RSSI` (InterfacesAdded of a new object, or PropertiesChanged of a known one) for what it
-    /// hears while discovering, and invalidates it when the discovery ends (5.66
-    /// `discovery_cleanup`); a value still in the cache may be from an earlier scan or another
-    /// client's. `.deviceFound` carries only these (`DeviceInfo.rssi` nil otherwise), so a pairing
-    /// scan's candidates are what is advertising now.
-    var scanRSSI: [DeviceAddress: Int] = [:]
-    /// Characteristic UUIDs (128-bit) whose `Value` changes are reported, per device.
-    var notifyUUIDs: [DeviceAddress: Set<String>] = [:]
-    /// Devices whose link was set up (`setUpLink`) and has not gone down since. A configured
-    /// characteristic that appears under one of them — BlueZ re-discovered the services after a
-    /// Service Changed indication (a firmware update; in the test bed, the wearable's GATT
-    /// application registering again after a bluetoothd restart) — is subscribed to at once:
-    /// the subscription made on the old object went with it, and nothing else would renew it.
-    var liveLinks: Set<DeviceAddress> = []
-    /// Devices whose link paird asked BlueZ to drop (`disconnect`) since their last link up or
-    /// down: a `Connected=true` while the cache still says up is then a new link. BlueZ 5.66 sends
-    /// no `Connected=false` for a link it found up at its start when that link drops (bed,
-    /// paird_bluetoothd_segv_plain: the kept link dropped, then `Connected=true` for the
-    /// auto-connect's new one and nothing in between).
-    var dropsRequested: Set<DeviceAddress> = []
     /// Characteristics `resubscribe` is stopping and starting again: their own Notifying=false is
     /// no end of a subscription.
     var resubscribing: Set<String> = []
-    /// Devices whose current link carried data from the wearable (`.linkProven` sent).
-    var provenLinks: Set<DeviceAddress> = []
-    /// Last Battery Level characteristic value, per device path.
+    /// Devices removed from BlueZ whose `.deviceRemoved` is held back (`holdRemoval`), in order.
     var pendingRemovals: [DeviceAddress] = []
     var removalTimer: TimerHandle?
 

@@ -39,7 +39,7 @@ public struct DeviceInfo: Sendable, Hashable {
     /// Advertised/resolved service UUIDs, 128-bit lower case.
     public var uuids: [String]
     /// From the cache: BlueZ's last value while discovering (it drops RSSI when discovery ends).
-    /// In `.deviceFound`, only a value heard during paird's own scan (`BlueZClient.scanRSSI`).
+    /// In `.deviceFound`, only a value heard during paird's own scan (`DeviceLink.scanRSSI`).
     public var rssi: Int?
     /// `Battery1.Percentage`, else the last Battery Level (0x2A19) value read or notified.
     public var battery: UInt8?

@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-import BlueZ
+@testable import BlueZ
 import DBus
 import EventLoop
 import TestSupport
@@ -205,6 +205,28 @@ struct BlueZClientTests {
         try mock.updateProperties(pathA, "org.bluez.Device1", ["Connected": .bool(true)])
         try runUntil(mock.loop, "handled") { client.stats.signalsHandled > handled }
         #expect(rec.count { $0 == .linkUp(addrA) } == 2)
+    }
+
+    @Test("a drop paird asked for survives the address resolving to its identity; the device's link facts are one entry, gone once empty")
+    func droppedLinkAcrossAddressResolution() throws {
+        let mock = try MockBlueZ()
+        try mock.addAdapter()
+        let (client, rec, _) = try mock.startClient()
+        try mock.addDevice("hci0", devA)
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["Connected": .bool(true)])
+        try runUntil(mock.loop, "connected") { rec.has(.linkUp(addrA)) }
+        var done = false
+        client.disconnect(addrA) { _ in done = true }
+        try runUntil(mock.loop, "Disconnect answered") { done }
+        #expect(client.links == [addrA: DeviceLink(dropRequested: true)])
+        let identity = DeviceAddress("F3:5A:B1:00:00:02")!
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["Address": .string(identity.description), "AddressType": .string("random")])
+        try runUntil(mock.loop, "addressChanged") { rec.has(.addressChanged(addrA, to: identity, .random)) }
+        #expect(client.links == [identity: DeviceLink(dropRequested: true)])
+        // BlueZ says nothing of the old link going; its Connected=true is the next link's.
+        try mock.updateProperties(pathA, "org.bluez.Device1", ["Connected": .bool(true)])
+        try runUntil(mock.loop, "the next link, by identity") { rec.has(.linkUp(identity)) }
+        #expect(client.links.isEmpty)
     }
 
     @Test func powerOffAndOn() throws {
