@@ -6,9 +6,6 @@ once, not again while it stays low, and once more after it recovers above Batter
 BatteryHysteresis and drops again. The dispatcher runs /etc/paird's scripts in order with the
 alert in their environment; one that hangs is killed at DispatcherTimeout, the next one still
 runs, and paird answers meanwhile."""
-import os
-import stat
-
 from bedlib import *
 
 DIR = "/etc/paird/bed-dispatcher.d"
@@ -27,17 +24,11 @@ def alerts():
 
 @scenario
 def main():
-    os.makedirs(DIR, exist_ok=True)
-    scripts = {
+    write_alert_scripts(DIR, {
         "10-record": f'#!/bin/sh\necho "first $PAIRD_EVENT $PAIRD_DEVICE $PAIRD_BATTERY $PAIRD_THRESHOLD" >> {LOG}\n',
         "20-hang": f"#!/bin/sh\necho $$ > {HANG_PID}\nexec sleep 600\n",
         "30-after": f'#!/bin/sh\necho "after $PAIRD_EVENT $PAIRD_DEVICE $PAIRD_BATTERY" >> {LOG}\n',
-    }
-    for name, body in scripts.items():
-        path = os.path.join(DIR, name)
-        with open(path, "w") as f:
-            f.write(body)
-        os.chmod(path, stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
+    })
     w = Wearable.start(name="Pulse-1", battery=87)
     p = Paird()
     p.write_config(f"[Alerts]\nBatteryLow = 15\nBatteryHysteresis = 5\nDispatcherDir = {DIR}\nDispatcherTimeout = {TIMEOUT_S}s\n")

@@ -13,7 +13,6 @@ the journal shows it. One batteryLow alert runs a directory holding:
 Then the directory made group-writable: the next alert runs none of its scripts, said as an error."""
 import json
 import os
-import stat
 
 from bedlib import *
 
@@ -48,20 +47,13 @@ def records():
 
 @scenario
 def main():
-    os.makedirs(DIR, exist_ok=True)
-    os.chmod(DIR, 0o755)
-    scripts = {
+    write_alert_scripts(DIR, {
         "10-flood": f'#!/bin/sh\ni=0\nwhile [ $i -lt {FLOOD_LINES} ]; do echo "flood line $i"; i=$((i+1)); done\n',
         "20-inject": "#!/bin/sh\nprintf 'a name\\n<0>forged emergency from a script\\n'\n",
         "30-setsid": f"#!/bin/sh\nsetsid sh -c 'echo $$ > {SETSID_PID}.tmp; mv {SETSID_PID}.tmp {SETSID_PID}; exec sleep 600' &\n"
                      f"while [ ! -s {SETSID_PID} ]; do sleep 0.1; done\nexit 0\n",
         "50-record": f'#!/bin/sh\necho "$PAIRD_EVENT" >> {RECORD}\n',
-    }
-    for name, body in scripts.items():
-        path = os.path.join(DIR, name)
-        with open(path, "w") as f:
-            f.write(body)
-        os.chmod(path, stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
+    })
     target = "/usr/local/bin/bed-linked-script"
     with open(target, "w") as f:
         f.write(f"#!/bin/sh\ntouch {LINKED}\n")

@@ -690,6 +690,19 @@ class _Skip(BaseException):
     pass
 
 
+def write_alert_scripts(directory, scripts):
+    """Writes each `{name: body}` as a script in `directory` for paird's alert scripts
+    ([Alerts] DispatcherDir): the directory and the scripts owned by root, mode 0755 (paird
+    runs none from a directory or file others may write)."""
+    os.makedirs(directory, exist_ok=True)
+    os.chmod(directory, 0o755)
+    for name, body in scripts.items():
+        path = os.path.join(directory, name)
+        with open(path, "w") as f:
+            f.write(body)
+        os.chmod(path, 0o755)
+
+
 def bluetoothd_log_count(text):
     """Lines of bluetoothd's debug log (bluetoothd -d) so far that contain `text`. A missing log
     is an error, never 0: a counter that cannot see must not vouch for "none"."""
