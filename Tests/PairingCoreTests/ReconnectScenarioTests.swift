@@ -1,6 +1,12 @@
 import Testing
 import PairingCore
 
+/// A report of the watch's, as the machine words it (the whole action lists below).
+private func watchReport(_ kind: Report.Kind, _ from: DeviceState.Kind, _ to: DeviceState.Kind,
+                         reason: ReportReason? = nil, attempt: Int? = nil) -> Action {
+    .report(Report(kind: kind, device: Harness.watch, name: "Watch", from: .state(from), to: .state(to), reason: reason, attempt: attempt))
+}
+
 @Suite("Keeping a wearable connected")
 struct ReconnectScenarioTests {
     let watch = Harness.watch
@@ -10,9 +16,11 @@ struct ReconnectScenarioTests {
         var h = Harness.connected()
         h.advance(.seconds(100))
         var out = h.send(.linkDown(watch, linkLoss))
-        #expect(h.stateName(watch) == "waitingForDevice")
-        #expect(out.connects() == 0, "no Connect storm: the kernel's auto-connect waits for it")
-        #expect(out.reports(.linkLost).count == 1)
+        guard case .waitingForDevice(.fallbackDue(let fallback))? = h.state(watch) else {
+            Issue.record("\(String(describing: h.state(watch)))"); return
+        }
+        #expect(out == [.arm(fallback), watchReport(.linkLost, .connected, .waitingForDevice, reason: .linkLoss(nil))],
+                "no Connect storm: the kernel's auto-connect waits for it")
         #expect(h.machine.devices[watch]?.lastDisconnect?.reason.token == "link-loss")
         #expect(h.machine.devices[watch]?.lastDisconnect?.at == .at(100))
 
@@ -29,9 +37,10 @@ struct ReconnectScenarioTests {
 
         // Back: the kernel reconnects on its own; ServicesResolved arrives (Connected=true may not).
         h.send(.servicesResolved(watch))
+        let discovery = h.state(watch)?.countdown
         out = h.send(.setUpLinkFinished(watch, failure: nil))
         #expect(h.state(watch)?.isConnected == true)
-        #expect(out.reports(.reconnected).count == 1)
+        #expect(out == [.cancel(discovery!.id), watchReport(.reconnected, .discovering, .connected, attempt: 200)])
         #expect(h.machine.devices[watch]?.reconnectAttempts == 0)
         #expect(h.armed.isEmpty)
     }
@@ -193,9 +202,8 @@ struct ReconnectScenarioTests {
     func userDisconnect() {
         var h = Harness.connected()
         var out = h.send(.userDisconnect(watch))
-        #expect(out.contains(.setTrusted(watch, false)))
-        #expect(out.disconnects == 1)
-        #expect(out.persists)
+        #expect(out == [.persist, .setTrusted(watch, false), .disconnect(watch),
+                        watchReport(.userDisconnected, .connected, .disconnected, reason: .user), .updateAutoConnect([])])
         #expect(h.state(watch) == .disconnected)
         #expect(h.machine.persistedState().devices.first?.wanted == .disconnected)
         out = h.send(.linkDown(watch, linkLoss))
@@ -206,11 +214,13 @@ struct ReconnectScenarioTests {
         #expect(!h.machine.autoConnectUUIDs.contains(ServiceUUID.heartRate))
 
         out = h.send(.userConnect(watch))
-        #expect(out.contains(.setTrusted(watch, true)))
-        #expect(out.contains(.updateAutoConnect([ServiceUUID.heartRate])), "back in the auto-connect list")
-        #expect(out.connects(watch) == 0, "the kernel's auto-connect gets its head start (finding 16)")
-        #expect(h.stateName(watch) == "waitingForDevice")
-        #expect(out.persists)
+        guard case .waitingForDevice(.fallbackDue(let headStart))? = h.state(watch) else {
+            Issue.record("\(String(describing: h.state(watch)))"); return
+        }
+        // No Connect() yet: the kernel's auto-connect gets its head start (finding 16); back in
+        // the auto-connect list.
+        #expect(out == [.persist, .setTrusted(watch, true), .arm(headStart),
+                        watchReport(.stateChanged, .disconnected, .waitingForDevice), .updateAutoConnect([ServiceUUID.heartRate])])
         #expect(h.machine.devices[watch]?.wanted == .connected)
         #expect(h.fireNext().connects(watch) == 1, "then one Connect() of paird's own")
     }
@@ -253,8 +263,9 @@ struct ReconnectScenarioTests {
     func bondLost(event: Event) {
         var h = Harness.connected()
         var out = h.send(event)
-        #expect(h.stateName(watch) == "needsRepair")
-        #expect(out.reports(.needsRepair).count == 1)
+        let why: RepairReason = if case .deviceRemoved = event { .deviceRemoved } else { .bondRemoved }
+        #expect(out == [.setTrusted(watch, false), .disconnect(watch),
+                        watchReport(.needsRepair, .connected, .needsRepair, reason: .repair(why)), .updateAutoConnect([])])
         for _ in 0..<10 { out += h.fireNext(); out += h.send(.linkDown(watch, linkLoss)) }
         #expect(out.connects() == 0)
         #expect(h.armed.isEmpty)
@@ -623,8 +634,10 @@ struct RestorationTests {
         var h = restored()
         #expect(h.stateName(watch) == "restoring")
         var out = h.send(.adapterReady([watch: BlueZDeviceView(connected: true, servicesResolved: true)]))
-        #expect(out.connects() == 0 && out.disconnects == 0)
-        #expect(out.contains(.setUpLink(watch)))
+        let discovery = h.state(watch)?.countdown
+        #expect(discovery?.id.purpose == .discovery)
+        #expect(out == [.arm(discovery!), watchReport(.stateChanged, .restoring, .discovering), .setUpLink(watch), .updateAutoConnect([])],
+                "no Connect, no Disconnect")
         out = h.send(.setUpLinkFinished(watch, failure: nil))
         #expect(h.state(watch)?.isConnected == true)
         #expect(out.reports(.connected).count == 1, "first connect since start is `connected`, not `reconnected`")
@@ -695,7 +708,9 @@ struct RestorationTests {
         var h = restored()
         let out = h.send(.adapterReady([:]))
         #expect(h.state(watch) == .needsRepair(reason: .deviceRemoved))
-        #expect(out.connects() == 0)
+        #expect(out == [.setTrusted(watch, false), .disconnect(watch),
+                        watchReport(.needsRepair, .restoring, .needsRepair, reason: .repair(.deviceRemoved)), .updateAutoConnect([])],
+                "no Connect")
     }
 
     @Test("the user had disconnected it: it stays disconnected across the restart")
@@ -703,7 +718,7 @@ struct RestorationTests {
         var h = restored(.disconnected)
         let out = h.send(.adapterReady([watch: BlueZDeviceView(connected: false)]))
         #expect(h.state(watch) == .disconnected)
-        #expect(out.connects() == 0)
+        #expect(out == [watchReport(.userDisconnected, .restoring, .disconnected), .updateAutoConnect([])], "no Connect")
     }
 
     @Test("no adapter at start, then the adapter arrives")
