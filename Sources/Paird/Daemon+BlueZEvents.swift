@@ -34,14 +34,7 @@ extension Daemon {
         case .autoConnectArmed(let armed):
             feed(.autoConnectArmed(armed))
         case .deviceFound(let info):
-            if info.isBonded, case .needsRepair? = machine.device(info.address)?.state {
-                feed(.bondedDeviceAppeared(info.address))
-            }
-            // An object that appears connected is a link up: after a crash the new bluetoothd
-            // makes one for each link the kernel kept (a leftover pairing's among them).
-            if info.connected, machine.device(info.address) == nil { feed(.linkUp(info.address)) }
-            guard let p = machine.pairing, case .scanning = p.phase else { return }
-            feed(.candidateFound(info.candidate))
+            for e in machine.events(forFound: info.candidate, info.view) { feed(e) }
         case .linkUp(let a):
             feed(.linkUp(a))
         case .linkDown(let a, let evidence):

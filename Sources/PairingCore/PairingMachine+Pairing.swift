@@ -305,6 +305,24 @@ extension PairingMachine {
         actions.append(.removeDevice(a))
     }
 
+    /// What a device BlueZ shows (an object that appeared, or one heard advertising while paird
+    /// scans) means to the machine, by its own state, in the order to feed them:
+    /// - bonded again while it needs re-pairing (a bond restored from a backup, made with
+    ///   another tool): `bondedDeviceAppeared`;
+    /// - connected and not paird's: a link up (after a crash the new bluetoothd makes an object for
+    ///   each link the kernel kept, a leftover pairing's among them);
+    /// - while a pairing scans: a candidate.
+    /// The three do not act on each other (the first needs a device of paird's, the second one
+    /// that is not; neither touches the pairing), so all are chosen on the state before the first.
+    public func events(forFound candidate: Candidate, _ view: BlueZDeviceView) -> [Event] {
+        var events: [Event] = []
+        let a = candidate.address
+        if view.bonded, case .needsRepair? = device(a)?.state { events.append(.bondedDeviceAppeared(a)) }
+        if view.connected, device(a) == nil { events.append(.linkUp(a)) }
+        if let p = pairing, case .scanning = p.phase { events.append(.candidateFound(candidate)) }
+        return events
+    }
+
     /// Leftover pairs still waiting for the next bluetoothd to show their link (the daemon
     /// includes them in `adapterReady`'s views).
     public var leftoverPairAddresses: [DeviceAddress] { leftoverPairs.keys.sorted() }
