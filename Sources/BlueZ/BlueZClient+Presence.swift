@@ -108,7 +108,12 @@ extension BlueZClient {
             } else {
                 note("no usable adapter: \(reason)")
             }
-            emit(.adapterGone(reason: reason, address: address))
+            // One of several, or the last: the machine's adapterGone(address) or adapterLost.
+            if let address, presence.isReady {
+                emit(.adapterGone(reason: reason, address: address))
+            } else {
+                emit(.adapterLost(reason: reason, address: address))
+            }
         }
     }
 

@@ -6,10 +6,13 @@ public enum BlueZEvent: Sendable, Hashable {
     /// have been attempted (see `BlueZClient.Stats` for whether they succeeded).
     /// `selector`: the configured selector that chose it ("" for the first adapter).
     case adapterReady(AdapterInfo, selector: String = "")
-    /// "removed", "powered-off" or "bluetoothd-gone". Emitted once per ready period, per adapter.
-    /// `address`: the adapter's, when known (nil: no adapter was found for the selector). Other
-    /// adapters may still be ready (`BlueZClient.isReady`).
-    case adapterGone(reason: String, address: DeviceAddress? = nil)
+    /// One adapter of several went ("removed", "powered-off" or "bluetoothd-gone"), the others
+    /// are still ready. Emitted once per ready period, per adapter.
+    case adapterGone(reason: String, address: DeviceAddress)
+    /// No adapter paird uses is ready any more: the last one went (the same reasons; `address`
+    /// nil when no adapter was found for the selector), or none was usable at the first settled
+    /// view. Emitted once per ready period, per adapter.
+    case adapterLost(reason: String, address: DeviceAddress? = nil)
     /// The devices BlueZ's auto-connect is armed for: bonded devices under the adapter whose
     /// services (`Device1.UUIDs`; 5.66 matches a profile against those) meet the UUIDs BlueZ holds
     /// in our GattProfile1 registration (bluez-notes §4). Empty when it holds none (unregistered,

@@ -18,18 +18,15 @@ extension Daemon {
             feed(.adapterReady(bluez.views(for: Array(machine.devices.keys) + machine.leftoverPairAddresses, on: info)))
             markReadyIfNeeded()
         case .adapterGone(let reason, let address):
-            if reason == AdapterGoneReason.rfkillBlocked {
-                log.warning("adapter\(address.map { " \($0)" } ?? ""): rfkill blocks it (a person, a key or a switch): paird does not lift a block; "
-                            + "`rfkill unblock bluetooth` brings it back, and the wearables with it")
-            }
-            if let address, bluez.isReady {
-                // One of several: the others stay ready.
-                log.info("adapter \(address) unavailable: \(reason)")
-                feed(.adapterGone(address))
-            } else {
-                log.info("adapter unavailable: \(reason)")
-                feed(.adapterLost)
-            }
+            // One of several: the others stay ready.
+            warnIfRfkill(reason, address)
+            log.info("adapter \(address) unavailable: \(reason)")
+            feed(.adapterGone(address))
+            markReadyIfNeeded()
+        case .adapterLost(let reason, let address):
+            warnIfRfkill(reason, address)
+            log.info("adapter unavailable: \(reason)")
+            feed(.adapterLost)
             markReadyIfNeeded()
         case .autoConnectArmed(let armed):
             feed(.autoConnectArmed(armed))
@@ -80,5 +77,11 @@ extension Daemon {
         case .characteristicAppeared(let a, let uuid):
             feed(.characteristicAppeared(a, uuid))
         }
+    }
+
+    private func warnIfRfkill(_ reason: String, _ address: DeviceAddress?) {
+        guard reason == AdapterGoneReason.rfkillBlocked else { return }
+        log.warning("adapter\(address.map { " \($0)" } ?? ""): rfkill blocks it (a person, a key or a switch): paird does not lift a block; "
+                    + "`rfkill unblock bluetooth` brings it back, and the wearables with it")
     }
 }

@@ -180,12 +180,12 @@ step("link back after come-back") {
 }
 
 say("await bluetoothd-restart")
-step("bluetoothd restart: adapterGone, then adapterReady with registrations redone") {
+step("bluetoothd restart: adapterLost (its only adapter), then adapterReady with registrations redone") {
     let agentBefore = client.stats.agentRegistrations
     let m = mark()
-    try wait("adapterGone", 60) { since(m) { if case .adapterGone = $0 { true } else { false } } }
+    try wait("adapterGone", 60) { since(m) { switch $0 { case .adapterGone, .adapterLost: true; default: false } } }
     try wait("adapterReady", 60) { client.isReady && client.stats.agentRegistrations > agentBefore }
-    let reason = events[m...].compactMap { if case .adapterGone(let r, _) = $0 { r } else { nil } }.first ?? "?"
+    let reason = events[m...].compactMap { switch $0 { case .adapterGone(let r, _), .adapterLost(let r, _): r; default: nil } }.first ?? "?"
     return "gone: \(reason); agent registrations \(client.stats.agentRegistrations), app \(client.stats.applicationRegistrations)"
 }
 

@@ -326,7 +326,7 @@ final class Recorder {
     func count(where predicate: (BlueZEvent) -> Bool) -> Int { events.filter(predicate).count }
     func has(_ event: BlueZEvent) -> Bool { events.contains(event) }
     var readyCount: Int { count { if case .adapterReady = $0 { true } else { false } } }
-    var goneCount: Int { count { if case .adapterGone = $0 { true } else { false } } }
+    var goneCount: Int { count { switch $0 { case .adapterGone, .adapterLost: true; default: false } } }
 }
 
 extension MockBlueZ {

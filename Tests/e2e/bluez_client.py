@@ -95,7 +95,7 @@ def main():
         line = p.expect("✓ link back", 120)
         log(f"reconnect: {line}")
 
-    with step("bluetoothd restart → adapterGone, adapterReady, agent + profile registered again"):
+    with step("bluetoothd restart → adapterLost, adapterReady, agent + profile registered again"):
         p.expect("await bluetoothd-restart", 10)
         bluetoothd("restart")
         # The twin re-registers its advertisement with the new bluetoothd; Bumble never went away
