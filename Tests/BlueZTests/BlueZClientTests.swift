@@ -181,23 +181,34 @@ struct BlueZClientTests {
         #expect(client.views(for: [addrA])[addrA] == .absent)
     }
 
-    @Test("a link paird asked to drop that goes down unseen: BlueZ's next Connected=true is a new link (BlueZ 5.66 after a restart)")
-    func droppedLinkGoneUnseen() throws {
+    /// One adapter, the client started, device A linked (`linkUp` seen).
+    func linkedDeviceA() throws -> (MockBlueZ, BlueZClient, Recorder) {
         let mock = try MockBlueZ()
         try mock.addAdapter()
         let (client, rec, _) = try mock.startClient()
         try mock.addDevice("hci0", devA)
         try mock.updateProperties(pathA, "org.bluez.Device1", ["Connected": .bool(true)])
         try runUntil(mock.loop, "connected") { rec.has(.linkUp(addrA)) }
+        return (mock, client, rec)
+    }
+
+    /// paird's Disconnect() of device A, answered.
+    func askDrop(_ client: BlueZClient, _ mock: MockBlueZ) throws {
+        var done = false
+        client.disconnect(addrA) { _ in done = true }
+        try runUntil(mock.loop, "Disconnect answered") { done }
+    }
+
+    @Test("a link paird asked to drop that goes down unseen: BlueZ's next Connected=true is a new link (BlueZ 5.66 after a restart)")
+    func droppedLinkGoneUnseen() throws {
+        let (mock, client, rec) = try linkedDeviceA()
         // Repeated without paird's Disconnect: no change (as before).
         var handled = client.stats.signalsHandled
         try mock.updateProperties(pathA, "org.bluez.Device1", ["Connected": .bool(true)])
         try runUntil(mock.loop, "handled") { client.stats.signalsHandled > handled }
         #expect(rec.count { $0 == .linkUp(addrA) } == 1)
         // paird drops it; BlueZ says nothing of it going, then Connected=true: the next link.
-        var done = false
-        client.disconnect(addrA) { _ in done = true }
-        try runUntil(mock.loop, "Disconnect answered") { done }
+        try askDrop(client, mock)
         try mock.updateProperties(pathA, "org.bluez.Device1", ["Connected": .bool(true)])
         try runUntil(mock.loop, "the next link") { rec.count { $0 == .linkUp(addrA) } == 2 }
         // Only once: the request is spent.
@@ -209,15 +220,8 @@ struct BlueZClientTests {
 
     @Test("a drop paird asked for survives the address resolving to its identity; the device's link facts are one entry, gone once empty")
     func droppedLinkAcrossAddressResolution() throws {
-        let mock = try MockBlueZ()
-        try mock.addAdapter()
-        let (client, rec, _) = try mock.startClient()
-        try mock.addDevice("hci0", devA)
-        try mock.updateProperties(pathA, "org.bluez.Device1", ["Connected": .bool(true)])
-        try runUntil(mock.loop, "connected") { rec.has(.linkUp(addrA)) }
-        var done = false
-        client.disconnect(addrA) { _ in done = true }
-        try runUntil(mock.loop, "Disconnect answered") { done }
+        let (mock, client, rec) = try linkedDeviceA()
+        try askDrop(client, mock)
         #expect(client.links == [addrA: DeviceLink(dropRequested: true)])
         let identity = DeviceAddress("F3:5A:B1:00:00:02")!
         try mock.updateProperties(pathA, "org.bluez.Device1", ["Address": .string(identity.description), "AddressType": .string("random")])
