@@ -102,3 +102,9 @@ extension Array where Element == Action {
 
 /// The 5.66 view of a link loss: no reason, bond intact, device and adapter present.
 let linkLoss = DisconnectClassifier.Evidence()
+
+/// A report of the watch's, as the machine words it (for whole action lists).
+func watchReport(_ kind: Report.Kind, _ from: DeviceState.Kind, _ to: DeviceState.Kind,
+                 reason: ReportReason? = nil, attempt: Int? = nil) -> Action {
+    .report(Report(kind: kind, device: Harness.watch, name: "Watch", from: .state(from), to: .state(to), reason: reason, attempt: attempt))
+}
