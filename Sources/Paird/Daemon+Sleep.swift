@@ -8,9 +8,6 @@ import PairingCore
 /// (a container, no systemd) paird simply never hears of a sleep.
 extension Daemon {
     static let login1 = (name: "org.freedesktop.login1", path: "/org/freedesktop/login1", manager: "org.freedesktop.login1.Manager")
-    /// At most this long between PrepareForSleep(true) and the inhibitor's release, whatever is
-    /// still out (logind's own cap, InhibitDelayMaxSec, is 5 s by default).
-    static let sleepReleaseAfter: Duration = .seconds(2)
 
     func followSleep() {
         // The bus delivers only what the real org.freedesktop.login1 sends (sender in the rule).
@@ -49,23 +46,12 @@ extension Daemon {
         let linked = machine.devices.values.filter { $0.wanted == .connected && $0.state.link != nil }.count
         log.log(.info, "the host is going to sleep: letting \(linked) wearable link(s) go; they come back after the resume",
                 id: Log.MessageID.hostSleeping, fields: ["PAIRD_SLEEP": "sleeping"])
-        sleepDisconnects = []
+        // The machine lets the links go and says when the inhibitor goes (`Action.releaseSleepInhibitor`).
         feed(.hostSleeping)
-        // The inhibitor goes once BlueZ answered every Disconnect() (the links are down), at the
-        // latest after `sleepReleaseAfter`: the kernel's own suspend ends any link that is left.
-        if sleepDisconnects.isEmpty { return releaseSleepInhibitor("no link to let go") }
-        loop.schedule(after: Self.sleepReleaseAfter) { [unowned self] in
-            if machine.host.asleep { releaseSleepInhibitor("\(sleepDisconnects.count) Disconnect() call(s) still unanswered") }
-        }
-    }
-
-    func sleepDisconnectAnswered(_ a: DeviceAddress) {
-        guard sleepDisconnects.remove(a) != nil, sleepDisconnects.isEmpty, machine.host.asleep else { return }
-        releaseSleepInhibitor("every link let go")
     }
 
     /// Closing the fd releases it: logind may put the host to sleep now.
-    func releaseSleepInhibitor(_ why: String) {
+    func releaseSleepInhibitor(_ why: SleepRelease) {
         guard sleepInhibitor != nil else { return }
         sleepInhibitor = nil
         log.debug("logind: sleep inhibitor released (\(why))")

@@ -66,8 +66,6 @@ public final class Daemon {
     /// logind's delay inhibitor for sleep (closing it releases it), and why the last try failed.
     var sleepInhibitor: UnixFD?
     var sleepInhibitorError: String?
-    /// The Disconnect() calls made for the coming sleep that BlueZ has not answered yet.
-    var sleepDisconnects: Set<DeviceAddress> = []
     /// The Prometheus textfile (`[Metrics] Textfile`); nil when off (the default).
     var metrics: MetricsExporter?
     /// The host's own alerts and their dispatcher (`[Alerts]`, Daemon+Alerts.swift).
@@ -275,12 +273,12 @@ public final class Daemon {
                 }
             }
         case .disconnect(let a):
-            let forSleep = machine.host.asleep
-            if forSleep { sleepDisconnects.insert(a) }
             bluez.disconnect(a) { [unowned self] failure in
                 if let failure { log.debug("Disconnect \(a): \(failure.token)") }
-                if forSleep { sleepDisconnectAnswered(a) }
+                feed(.disconnectAnswered(a))
             }
+        case .releaseSleepInhibitor(let why):
+            releaseSleepInhibitor(why)
         case .setUpLink(let a):
             bluez.setUpLink(a, subscribe: config.subscribe, battery: config.battery) { [unowned self] failure in
                 feed(.setUpLinkFinished(a, failure: failure))

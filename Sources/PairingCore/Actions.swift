@@ -49,6 +49,11 @@ public enum Action: Sendable, Hashable {
     /// A journal entry about bluetoothd (one per crash, with its own MESSAGE_ID).
     case bluetoothdReport(BluetoothdReport)
 
+    // The host's sleep.
+    /// Close logind's delay inhibitor (if paird holds one): the host may sleep now. Why: no link
+    /// was up, every Disconnect() for the sleep was answered, or the release countdown ran out.
+    case releaseSleepInhibitor(SleepRelease)
+
     // Time.
     case arm(Countdown)
     case cancel(Countdown.ID)

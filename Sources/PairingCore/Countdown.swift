@@ -38,6 +38,7 @@ public enum CountdownPurpose: String, Sendable, Hashable, CaseIterable {
     case settle            // pairing: the paired wearable must reach `connected` by then
     case unitQuery         // bluetoothd left: ask systemd again (it had not settled the unit)
     case bluetoothdStart   // bluetoothd crashed: start it again (bus activation) then
+    case sleepRelease      // the host is going to sleep: logind's inhibitor goes by then, whatever Disconnect() is still out
     case resumeDeadline    // the host woke up: a wearable linked at the sleep must be back by then, or the escalation goes on
     case wedgeProbe        // every wearable on an adapter waits on the auto-connect: one Connect() then, to see whether the adapter refuses it
 }

@@ -113,6 +113,8 @@ public enum Event: Sendable, Hashable {
     case hostSleeping
     /// The host woke up (`PrepareForSleep(false)`).
     case hostResumed
+    /// BlueZ answered a `Disconnect()` of paird's (done or failed: either way the call is over).
+    case disconnectAnswered(DeviceAddress)
 
     // Device signals from BlueZ.
     case linkUp(DeviceAddress)

@@ -47,7 +47,7 @@ public enum Observation: Sendable, Hashable {
              .subscriptionEnded, .probeFinished, .connectSucceeded, .connectFailed, .setUpLinkFinished,
              .characteristicsMissing, .characteristicAppeared, .pairSucceeded, .pairFailed, .removeDeviceAnswered,
              .candidateFound, .discoveryFailed, .agentAsked, .agentCanceled, .countdownFired, .userPair,
-             .userCancelPairing, .userAnswer, .userConnect, .userDisconnect, .userUnpair:
+             .userCancelPairing, .userAnswer, .userConnect, .userDisconnect, .userUnpair, .disconnectAnswered:
             nil
         }
     }
@@ -62,7 +62,7 @@ public enum Observation: Sendable, Hashable {
         case .bluetoothdReport(.stopped), .bluetoothdReport(.waiting), .connect, .disconnect, .setUpLink, .setTrusted,
              .resubscribe, .probe, .removeDevice, .startDiscovery, .stopDiscovery, .restartDiscovery, .pair,
              .cancelPairing, .answerAgent, .updateAutoConnect, .powerCycleAdapter, .powerCycle, .queryBluetoothdUnit,
-             .startBluetoothd, .arm, .cancel, .persist, .pairingProgress, .pairingEnded:
+             .startBluetoothd, .releaseSleepInhibitor, .arm, .cancel, .persist, .pairingProgress, .pairingEnded:
             nil
         }
     }

@@ -121,6 +121,8 @@ extension PairingMachine {
         switch id.owner {
         case .bluetoothd:
             bluetoothdCountdownFired(id, now, &actions)
+        case .host where id.purpose == .sleepRelease:
+            sleepReleaseDue(id, now, &actions)
         case .host:
             resumeDeadlineFired(id, now, &actions)
         case .adapter(let adapter):

@@ -27,11 +27,39 @@ extension PairingMachine {
             actions.append(.disconnect(a))
         }
         host.lastSleep = sleep
+        // logind's inhibitor goes once BlueZ answered every Disconnect() (the links are down), at
+        // the latest after `HostWatch.releaseAfter`: the kernel's own suspend ends any link left.
+        guard !sleep.expected.isEmpty else { return actions.append(.releaseSleepInhibitor(.noLinks)) }
+        host.lettingGo = Set(sleep.expected)
+        let c = countdown(.host, .sleepRelease, now + HostWatch.releaseAfter)
+        host.release = c
+        actions.append(.arm(c))
+    }
+
+    /// A Disconnect() of paird's is over: the last one of those made for the sleep releases the
+    /// inhibitor.
+    mutating func disconnectAnswered(_ a: DeviceAddress, _ now: Moment, _ actions: inout [Action]) {
+        guard host.asleep, host.lettingGo.remove(a) != nil, host.lettingGo.isEmpty, let c = host.release else { return }
+        host.release = nil
+        actions.append(.cancel(c.id))
+        actions.append(.releaseSleepInhibitor(.everyLinkLetGo))
+    }
+
+    /// The release countdown ran out with Disconnect() calls still unanswered.
+    mutating func sleepReleaseDue(_ id: Countdown.ID, _ now: Moment, _ actions: inout [Action]) {
+        guard host.release?.id == id else { return } // stale: ignored
+        host.release = nil
+        guard host.asleep else { return }
+        actions.append(.releaseSleepInhibitor(.timedOut(unanswered: host.lettingGo.count)))
+        host.lettingGo = []
     }
 
     mutating func hostResumed(_ now: Moment, _ actions: inout [Action]) {
         guard host.asleep else { return }
         host.asleep = false
+        host.lettingGo = []
+        if let c = host.release { actions.append(.cancel(c.id)) }
+        host.release = nil
         host.lastSleep?.resumedAt = now
         armResumeDeadline(now, &actions)
         // An adapter that went with the sleep (a USB dongle reset at resume) comes back through
@@ -180,7 +208,32 @@ public struct HostWatch: Sendable, Hashable {
     public internal(set) var powerCyclesInVain = 0
     /// The armed resume deadline, if any.
     var deadline: Countdown?
+    /// At most this long between PrepareForSleep(true) and the inhibitor's release, whatever is
+    /// still out (logind's own cap, InhibitDelayMaxSec, is 5 s by default).
+    public static let releaseAfter: Duration = .seconds(2)
+    /// The wearables whose Disconnect() for this sleep BlueZ has not answered yet, and the
+    /// countdown that releases the inhibitor all the same.
+    public internal(set) var lettingGo: Set<DeviceAddress> = []
+    var release: Countdown?
     public init() {}
+}
+
+/// Why logind's delay inhibitor is released before a sleep (`Action.releaseSleepInhibitor`).
+public enum SleepRelease: Sendable, Hashable, CustomStringConvertible {
+    /// No wanted wearable had a link to let go.
+    case noLinks
+    /// BlueZ answered every Disconnect() made for the sleep.
+    case everyLinkLetGo
+    /// `HostWatch.releaseAfter` passed with this many Disconnect() calls unanswered.
+    case timedOut(unanswered: Int)
+
+    public var description: String {
+        switch self {
+        case .noLinks: "no link to let go"
+        case .everyLinkLetGo: "every link let go"
+        case .timedOut(let n): "\(n) Disconnect() call(s) still unanswered"
+        }
+    }
 }
 
 /// The steps after a resume, in their order (each one a journal entry, `Report.Kind.resumeEscalation`).

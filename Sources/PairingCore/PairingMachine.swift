@@ -120,6 +120,7 @@ public struct PairingMachine: Sendable {
         case .bluetoothdAbsent: bluetoothdAbsent(now, &actions)
         case .hostSleeping: hostSleeping(now, &actions)
         case .hostResumed: hostResumed(now, &actions)
+        case .disconnectAnswered(let a): disconnectAnswered(a, now, &actions)
         case .linkUp(let a): linkUp(a, now, &actions)
         case .servicesResolved(let a): servicesResolved(a, now, &actions)
         case .servicesLost(let a): servicesLost(a, now, &actions)
