@@ -59,8 +59,8 @@ extension Daemon {
 
     /// The resume's last step (`ResumeStep.powerCycle`), or a wedged adapter's (`adapter`; nil:
     /// the default adapter): Powered off, then on; the adapter's return reconciles every
-    /// wearable (`adapterReady`). Powered=true is tried three times, a second apart: an adapter
-    /// left off would be worse than the wedge it was meant to clear.
+    /// wearable (`adapterReady`). A failed Powered=true goes to the machine, which tries it again
+    /// (`PairingMachine+Power`).
     func powerCycleAdapter(_ adapter: DeviceAddress? = nil) {
         bluez.setAdapterPowered(false, adapter: adapter) { [unowned self] failure in
             if let failure { log.warning("power cycle: Powered=false failed: \(failure.token); powering on anyway") }
@@ -68,19 +68,24 @@ extension Daemon {
         }
     }
 
-    private func powerOn(_ adapter: DeviceAddress?, attempt: Int) {
+    func powerOn(_ adapter: DeviceAddress?, attempt: Int) {
         bluez.setAdapterPowered(true, adapter: adapter) { [unowned self] failure in
             guard let failure else { return log.log(.notice, "power cycle: the adapter is powered again") }
-            if failure.rfkillBlocked {
-                // Set between the two halves of the cycle (paird power-cycles only a ready adapter).
-                return log.warning("power cycle: rfkill blocks the adapter (\(failure.token)): paird does not lift a block "
-                                   + "a person or a switch set; `rfkill unblock bluetooth` if it was not meant, and paird brings the wearables back")
-            }
-            guard attempt < 3 else {
-                return log.error("power cycle: Powered=true failed \(attempt) times (\(failure.token)): the adapter stays off; `bluetoothctl power on` or `pairctl doctor`")
-            }
-            log.warning("power cycle: Powered=true failed (\(failure.token)); again in 1 s")
-            loop.schedule(after: .seconds(1)) { [unowned self] in powerOn(adapter, attempt: attempt + 1) }
+            feed(.powerOnFailed(adapter: adapter, attempt: attempt, failure))
+        }
+    }
+
+    /// The journal's words for what the machine made of a failed Powered=true.
+    func logPowerOn(_ outcome: PowerOnOutcome) {
+        switch outcome {
+        case .rfkillBlocked(let failure):
+            // Set between the two halves of the cycle (paird power-cycles only a ready adapter).
+            log.warning("power cycle: rfkill blocks the adapter (\(failure.token)): paird does not lift a block "
+                        + "a person or a switch set; `rfkill unblock bluetooth` if it was not meant, and paird brings the wearables back")
+        case .gaveUp(let tries, let failure):
+            log.error("power cycle: Powered=true failed \(tries) times (\(failure.token)): the adapter stays off; `bluetoothctl power on` or `pairctl doctor`")
+        case .retrying(let after, let failure):
+            log.warning("power cycle: Powered=true failed (\(failure.token)); again in \(Int(after.seconds)) s")
         }
     }
 

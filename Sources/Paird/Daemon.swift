@@ -300,6 +300,10 @@ public final class Daemon {
             powerCycleAdapter()
         case .powerCycle(let adapter):
             powerCycleAdapter(adapter)
+        case .powerOn(let adapter, let attempt):
+            powerOn(adapter, attempt: attempt)
+        case .powerOnReport(let outcome):
+            logPowerOn(outcome)
         case .setTrusted(let a, let trusted):
             bluez.setTrusted(a, trusted) { [unowned self] failure in
                 if let failure { log.warning("setting Trusted=\(trusted) on \(a) failed: \(failure.token)") }

@@ -37,6 +37,11 @@ public enum Action: Sendable, Hashable {
     case powerCycleAdapter
     /// Power-cycle the adapter with this address (a wedged adapter: `PairingMachine+Wedge`).
     case powerCycle(adapter: DeviceAddress)
+    /// A power cycle's Powered=true again (try `attempt`, `PairingMachine+Power`) on the adapter
+    /// with this address, or (nil) the one in use; a failure answers with `Event.powerOnFailed`.
+    case powerOn(adapter: DeviceAddress?, attempt: Int)
+    /// What the machine makes of a failed Powered=true, for the journal.
+    case powerOnReport(PowerOnOutcome)
 
     // bluetoothd and systemd.
     /// Ask systemd (`org.freedesktop.systemd1`) for `bluetooth.service`'s ActiveState, Result,

@@ -9,6 +9,9 @@ public enum CountdownOwner: Sendable, Hashable, CustomStringConvertible {
     /// One adapter, by address (`WedgeWatch`): when to ask a wearable waiting on the auto-connect
     /// whether the adapter still makes links.
     case adapter(DeviceAddress)
+    /// A power cycle's Powered=true, tried again (`PairingMachine+Power`): the adapter with this
+    /// address, or (nil) the one in use.
+    case adapterPower(DeviceAddress?)
 
     public var description: String {
         switch self {
@@ -17,6 +20,7 @@ public enum CountdownOwner: Sendable, Hashable, CustomStringConvertible {
         case .bluetoothd: "bluetoothd"
         case .host: "host"
         case .adapter(let a): "adapter \(a)"
+        case .adapterPower(let a): "power of " + (a.map { "adapter \($0)" } ?? "the adapter")
         }
     }
 }
@@ -40,6 +44,7 @@ public enum CountdownPurpose: String, Sendable, Hashable, CaseIterable {
     case bluetoothdStart   // bluetoothd crashed: start it again (bus activation) then
     case sleepRelease      // the host is going to sleep: logind's inhibitor goes by then, whatever Disconnect() is still out
     case resumeDeadline    // the host woke up: a wearable linked at the sleep must be back by then, or the escalation goes on
+    case powerOnRetry      // a power cycle's Powered=true failed: try it again then
     case wedgeProbe        // every wearable on an adapter waits on the auto-connect: one Connect() then, to see whether the adapter refuses it
 }
 

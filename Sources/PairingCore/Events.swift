@@ -115,6 +115,9 @@ public enum Event: Sendable, Hashable {
     case hostResumed
     /// BlueZ answered a `Disconnect()` of paird's (done or failed: either way the call is over).
     case disconnectAnswered(DeviceAddress)
+    /// A power cycle's Powered=true (try `attempt`; the runtime's first, with the cycle) failed on
+    /// the adapter with this address, or (nil) the one in use.
+    case powerOnFailed(adapter: DeviceAddress?, attempt: Int, BlueZFailure)
 
     // Device signals from BlueZ.
     case linkUp(DeviceAddress)

@@ -47,7 +47,8 @@ public enum Observation: Sendable, Hashable {
              .subscriptionEnded, .probeFinished, .connectSucceeded, .connectFailed, .setUpLinkFinished,
              .characteristicsMissing, .characteristicAppeared, .pairSucceeded, .pairFailed, .removeDeviceAnswered,
              .candidateFound, .discoveryFailed, .agentAsked, .agentCanceled, .countdownFired, .userPair,
-             .userCancelPairing, .userAnswer, .userConnect, .userDisconnect, .userUnpair, .disconnectAnswered:
+             .userCancelPairing, .userAnswer, .userConnect, .userDisconnect, .userUnpair, .disconnectAnswered,
+             .powerOnFailed:
             nil
         }
     }
@@ -62,7 +63,7 @@ public enum Observation: Sendable, Hashable {
         case .bluetoothdReport(.stopped), .bluetoothdReport(.waiting), .connect, .disconnect, .setUpLink, .setTrusted,
              .resubscribe, .probe, .removeDevice, .startDiscovery, .stopDiscovery, .restartDiscovery, .pair,
              .cancelPairing, .answerAgent, .updateAutoConnect, .powerCycleAdapter, .powerCycle, .queryBluetoothdUnit,
-             .startBluetoothd, .releaseSleepInhibitor, .arm, .cancel, .persist, .pairingProgress, .pairingEnded:
+             .startBluetoothd, .releaseSleepInhibitor, .powerOn, .powerOnReport, .arm, .cancel, .persist, .pairingProgress, .pairingEnded:
             nil
         }
     }

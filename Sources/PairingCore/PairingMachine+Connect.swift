@@ -127,6 +127,8 @@ extension PairingMachine {
             resumeDeadlineFired(id, now, &actions)
         case .adapter(let adapter):
             wedgeProbeDue(id, adapter: adapter, now, &actions)
+        case .adapterPower:
+            powerOnRetryDue(id, now, &actions)
         case .pairing:
             guard let p = pairing else { return }
             if case .scanning(let restart) = p.phase, restart.countdown.id == id {

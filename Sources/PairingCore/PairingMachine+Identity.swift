@@ -76,6 +76,7 @@ extension HostWatch {
         lastSleep?.backTimes.rekey(old, to: new)
         lastSleep?.expected.rekey(old, to: new)
         lastSleep?.judged.rekey(old, to: new)
+        lettingGo.rekey(old, to: new)
     }
 }
 

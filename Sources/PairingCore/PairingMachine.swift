@@ -55,6 +55,8 @@ public struct PairingMachine: Sendable {
     public internal(set) var host = HostWatch()
     /// Adapters taken for wedged, and their power cycles (`PairingMachine+Wedge`).
     public internal(set) var wedge = WedgeWatch()
+    /// Powered=true tried again after a power cycle: the countdown's, the adapter and the try.
+    var powerOnRetries: [Countdown.ID: PowerOnRetry] = [:]
     /// The configured adapters' addresses, as first seen (`PersistedState.adapters`).
     public internal(set) var adapters: [PersistedAdapter] = []
 
@@ -121,6 +123,7 @@ public struct PairingMachine: Sendable {
         case .hostSleeping: hostSleeping(now, &actions)
         case .hostResumed: hostResumed(now, &actions)
         case .disconnectAnswered(let a): disconnectAnswered(a, now, &actions)
+        case .powerOnFailed(let adapter, let attempt, let failure): powerOnFailed(adapter, attempt: attempt, failure, now, &actions)
         case .linkUp(let a): linkUp(a, now, &actions)
         case .servicesResolved(let a): servicesResolved(a, now, &actions)
         case .servicesLost(let a): servicesLost(a, now, &actions)
