@@ -78,7 +78,7 @@ let package = Package(
         .testTarget(name: "CModulesTests", dependencies: ["CDBus", "CSystemd"]),
         .testTarget(name: "EventLoopTests", dependencies: ["EventLoop"]),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "EventLoop", "TestSupport"], exclude: ["leakcheck.sh"]),
-        .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "EventLoop", "PairingCore", "TestSupport"]),
+        .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "EventLoop", "PairingCore", "Paird", "TestSupport"]),
         // In-process: configuration, state file, pairctl's error mapping.
         .testTarget(name: "PairdTests", dependencies: ["Paird", "PairCtlCommands", "PairingCore", "DBus"]),
         // The real paird and pairctl binaries against python-dbusmock's BlueZ on a private bus.

@@ -62,7 +62,7 @@ public final class EventLoop {
     /// and epoll accepts each fd only once.
     private var fdEntries: [Int32: FDEntry] = [:]
     private var timers = TimerHeap()
-    /// The deadline the timerfd is currently armed for (nanoseconds of CLOCK_BOOTTIME), if any.
+    /// The deadline the timerfd is currently armed for (nanoseconds of the loop's clock), if any.
     private var armedDeadline: UInt64?
     private var nextTimerSequence: UInt64 = 0
     private var queued: [() -> Void] = []
@@ -73,6 +73,10 @@ public final class EventLoop {
 
     /// Number of times `epoll_wait` returned. Lets tests and benchmarks prove an idle loop sleeps.
     public private(set) var wakeups: UInt64 = 0
+    /// How far the loop's clock is ahead of CLOCK_BOOTTIME: zero, unless a test moved it on
+    /// (`advanceClock(by:)`). Every deadline and `now()` is on the loop's clock.
+    public private(set) var clockSkew: Duration = .zero
+    private var skewNanoseconds: UInt64 = 0
 
     // Tags in epoll_event.data for the two internal fds; user fds are tagged with the fd itself.
     private static let timerTag: UInt64 = 1 << 40
@@ -167,8 +171,22 @@ public final class EventLoop {
 
     /// Now on `ContinuousClock` (CLOCK_BOOTTIME on Linux): the clock the timers run on.
     public func now() -> ContinuousClock.Instant {
-        clockReference.instant.advanced(by: .nanoseconds(Int64(Self.boottimeNanoseconds() &- clockReference.boottime)))
+        clockReference.instant.advanced(by: .nanoseconds(Int64(clockNanoseconds() &- clockReference.boottime)))
     }
+
+    /// For tests: the loop's clock jumps `delta` ahead of the real one, at once. Timers due by the
+    /// new time fire on the next iteration, in their order, as if that much time had passed; the
+    /// real clock goes on from there. (A test of something timed in minutes runs in milliseconds,
+    /// with the loop, its fds and its timers all real.)
+    public func advanceClock(by delta: Duration) {
+        skewNanoseconds &+= Self.nanoseconds(delta)
+        clockSkew = .nanoseconds(Int64(skewNanoseconds))
+        armedDeadline = nil
+        rearmTimerFD()
+    }
+
+    /// The loop's clock: CLOCK_BOOTTIME plus the skew a test gave it.
+    private func clockNanoseconds() -> UInt64 { Self.boottimeNanoseconds() &+ skewNanoseconds }
 
     /// One reading of both clocks, taken together once. `ContinuousClock.Instant` hides its raw
     /// value, so instants are converted to timerfd nanoseconds through this fixed pair: equal
@@ -303,7 +321,7 @@ public final class EventLoop {
     /// fire in the order they were scheduled. All timers share one timerfd.
     @discardableResult
     public func schedule(after delay: Duration, _ callback: @escaping () -> Void) -> TimerHandle {
-        schedule(atBoottime: Self.boottimeNanoseconds() &+ Self.nanoseconds(delay), callback)
+        schedule(atBoottime: clockNanoseconds() &+ Self.nanoseconds(delay), callback)
     }
 
     /// Calls `callback` once at `deadline` (an instant of `now()`), or on the next iteration if it
@@ -341,8 +359,9 @@ public final class EventLoop {
         guard wanted != armedDeadline else { return }
         var spec = itimerspec()
         if let deadline = wanted {
-            // A zero it_value disarms, so a deadline of 0 (already due) becomes 1 ns.
-            let d = max(deadline, 1)
+            // On CLOCK_BOOTTIME (the skew taken off). A zero it_value disarms, so a deadline of 0
+            // (already due) becomes 1 ns.
+            let d = max(deadline > skewNanoseconds ? deadline - skewNanoseconds : 0, 1)
             spec.it_value = timespec(tv_sec: Int(d / 1_000_000_000), tv_nsec: Int(d % 1_000_000_000))
         }
         if sysTimerfdSettime(timerFD, TimerFD.timerAbstime, &spec) == 0 {
@@ -356,7 +375,7 @@ public final class EventLoop {
         var expirations: UInt64 = 0
         _ = read(timerFD, &expirations, MemoryLayout<UInt64>.size)
         armedDeadline = nil
-        let now = Self.boottimeNanoseconds()
+        let now = clockNanoseconds()
         // Collect first, so a timer scheduled by a callback with a zero delay waits for the next
         // iteration instead of starving everything else.
         var due: [TimerHandle] = []

@@ -5,7 +5,7 @@ import Glibc
 /// A one-shot timer. Loop thread only.
 public final class TimerHandle {
     private weak var loop: EventLoop?
-    /// CLOCK_BOOTTIME nanoseconds.
+    /// Nanoseconds of the loop's clock (CLOCK_BOOTTIME, plus a test's skew).
     let deadline: UInt64
     let sequence: UInt64
     var callback: (() -> Void)?

@@ -158,7 +158,7 @@ extension Daemon {
             rt.timerDeadline = nil
             var lastData: [DeviceAddress: Moment] = [:]
             for (a, d) in machine.devices { if let t = d.lastDataAt { lastData[a] = t } }
-            alert(.tick(lastData: lastData), now: Daemon.now())
+            alert(.tick(lastData: lastData), now: self.now())
         }
     }
 }

@@ -49,7 +49,7 @@ extension Daemon {
             try? bus.emitSignal(path: PairdAPI.objectPath, interface: PairdAPI.interface, member: "Notification",
                                 args: [.string(a.description), .string(characteristic), .bytes(value)])
             metrics?.model.notification(a.description, name: machine.device(a)?.identity.name ?? "", characteristic: characteristic,
-                                        at: Daemon.now().unixTime)
+                                        at: now().unixTime)
             // Battery Level notifies on change: it is no sign of the data flow's health.
             if characteristic != ServiceUUID.batteryLevel { feed(.dataReceived(a, characteristic: characteristic)) }
         case .subscriptionEnded(let a, let characteristic):
@@ -58,7 +58,7 @@ extension Daemon {
             metrics?.model.battery(a.description, name: machine.device(a)?.identity.name ?? "", level: Int(level))
             guard battery[a] != level else { return }
             battery[a] = level
-            observe(.battery(a, level: level), now: Daemon.now())
+            observe(.battery(a, level: level), now: now())
             try? bus.emitSignal(path: PairdAPI.objectPath, interface: PairdAPI.interface, member: "Battery",
                                 args: [.string(a.description), .byte(level)])
         case .linkProven(let a):

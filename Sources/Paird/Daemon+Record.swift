@@ -24,7 +24,7 @@ extension Daemon {
         } catch {
             log.error("availability record \(store.path) unusable (\(error)); paird runs without it")
         }
-        record(.pairdStarted, now: Daemon.now())
+        record(.pairdStarted, now: now())
     }
 
     /// Feeds the recorder and appends what it makes: one write per record and one fsync. The cap
@@ -83,7 +83,7 @@ extension Daemon {
         loop.schedule(after: .seconds(60)) { [unowned self] in
             historyRetryPending = false
             guard let history, history.notRecorded != nil else { return }
-            let now = Daemon.now()
+            let now = now()
             if history.record([], now: now.unixTime, resync: { recorder.resync(now: now) }) != nil {
                 retryHistoryLater()
             } else {
@@ -123,7 +123,7 @@ extension Daemon {
     /// its record knows nothing about is at most that.
     func scheduleHistoryAlive() {
         loop.schedule(after: .seconds(Self.historyAliveInterval)) { [unowned self] in
-            let now = Daemon.now()
+            let now = now()
             if now.uptimeNanoseconds - lastHistoryWrite >= Int64(Self.historyAliveInterval) * 1_000_000_000 - 1_000_000_000 {
                 record(.alive, now: now)
             }

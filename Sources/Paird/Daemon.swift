@@ -24,11 +24,14 @@ public final class Daemon {
         public var configRequired: Bool
         public var stateFilePath: String
         public var adapter: String?
-        public init(configPath: String, configRequired: Bool = false, stateFilePath: String, adapter: String?) {
+        /// A bus other than the system bus (a test's own dbus-daemon); nil: the system bus.
+        public var busAddress: String?
+        public init(configPath: String, configRequired: Bool = false, stateFilePath: String, adapter: String?, busAddress: String? = nil) {
             self.configPath = configPath
             self.configRequired = configRequired
             self.stateFilePath = stateFilePath
             self.adapter = adapter
+            self.busAddress = busAddress
         }
     }
 
@@ -71,13 +74,18 @@ public final class Daemon {
     /// The host's own alerts and their dispatcher (`[Alerts]`, Daemon+Alerts.swift).
     var alerting: AlertRuntime?
 
-    public init(options: Options, log: Log) throws {
+    let busAddress: String?
+
+    /// `loop`: the loop to run on (a test's, whose clock it moves on); nil: a new one.
+    public init(options: Options, log: Log, loop: EventLoop? = nil) throws {
         self.log = log
         var (config, warnings) = try DaemonConfig.load(path: options.configPath, mustExist: options.configRequired)
         if let a = options.adapter { config.adapter = a; config.machine.adapter = a }
         self.config = config
         for w in warnings { log.warning(w) }
-        loop = try EventLoop()
+        let loop = try loop ?? EventLoop()
+        self.loop = loop
+        busAddress = options.busAddress
         stateFile = StateFile(path: options.stateFilePath)
 
         var restored: PersistedState?
@@ -91,26 +99,45 @@ public final class Daemon {
             log.log(.error, "state file \(options.stateFilePath) unusable (\(error)); moved to \(aside), starting empty",
                     id: Log.MessageID.stateFileQuarantined, fields: ["PAIRD_STATE_FILE": aside])
         }
-        machine = PairingMachine(config: config.machine, restoring: restored, now: Daemon.now())
+        machine = PairingMachine(config: config.machine, restoring: restored, now: Self.now(skew: loop.clockSkew))
         historyPath = HistoryStore.path(besideStateFile: options.stateFilePath)
     }
 
     let historyPath: String
 
-    /// Monotonic (boottime, as ContinuousClock on Linux) and wall clock, read together.
-    static func now() -> Moment {
+    /// Monotonic (boottime, as ContinuousClock on Linux) and wall clock, read together, both
+    /// moved on by the loop's skew (zero, unless a test moved the loop's clock on).
+    func now() -> Moment { Self.now(skew: loop.clockSkew) }
+
+    static func now(skew: Duration) -> Moment {
         var mono = timespec()
         var wall = timespec()
         clock_gettime(CLOCK_BOOTTIME, &mono)
         clock_gettime(CLOCK_REALTIME, &wall)
-        return Moment(uptimeNanoseconds: Int64(mono.tv_sec) * 1_000_000_000 + Int64(mono.tv_nsec),
-                      unixTime: Double(wall.tv_sec) + Double(wall.tv_nsec) / 1e9)
+        let (seconds, attoseconds) = skew.components
+        let skewNanoseconds = seconds * 1_000_000_000 + attoseconds / 1_000_000_000
+        return Moment(uptimeNanoseconds: Int64(mono.tv_sec) * 1_000_000_000 + Int64(mono.tv_nsec) + skewNanoseconds,
+                      unixTime: Double(wall.tv_sec) + Double(wall.tv_nsec) / 1e9 + Double(skewNanoseconds) / 1e9)
     }
 
     /// Connects, owns the bus name, starts the BlueZ client, and runs until SIGTERM/SIGINT.
     public func run() throws {
+        try start()
+        try loop.run()
+        stop()
+    }
+
+    /// After the loop: the BlueZ client stops and the bus closes.
+    public func stop() {
+        bluez?.stop()
+        bus?.close()
+    }
+
+    /// Everything `run()` does before it runs the loop. A test calls it, then runs the loop
+    /// itself (`handlingSignals: false`: a test process keeps its signals).
+    public func start(handlingSignals: Bool = true) throws {
         SystemdNotifier.notify("STATUS=Starting up")
-        bus = try DBusConnection.system(on: loop)
+        bus = try busAddress.map { try DBusConnection(address: $0, on: loop) } ?? DBusConnection.system(on: loop)
         bus.onDisconnect = { [unowned self] in
             log.error("lost the system bus; exiting so systemd restarts us")
             loop.stop()
@@ -158,29 +185,28 @@ public final class Daemon {
         bluez.start()
         followSleep()
 
-        try loop.onSignal(SIGTERM) { [unowned self] in shutDown("SIGTERM") }
-        try loop.onSignal(SIGINT) { [unowned self] in shutDown("SIGINT") }
-        try loop.onSignal(SIGUSR1) { [unowned self] in
-            // A diagnostic dump (README: "When something looks stuck").
-            log.info("SIGUSR1: \(machine.statusLine(now: Daemon.now()))")
-            log.info("SIGUSR1: \(loop.debugSummary)")
-            log.info("SIGUSR1: \(bus.debugSummary)")
+        if handlingSignals {
+            try loop.onSignal(SIGTERM) { [unowned self] in shutDown("SIGTERM") }
+            try loop.onSignal(SIGINT) { [unowned self] in shutDown("SIGINT") }
+            try loop.onSignal(SIGUSR1) { [unowned self] in
+                // A diagnostic dump (README: "When something looks stuck").
+                log.info("SIGUSR1: \(machine.statusLine(now: now()))")
+                log.info("SIGUSR1: \(loop.debugSummary)")
+                log.info("SIGUSR1: \(bus.debugSummary)")
+            }
+            try loop.onSignal(SIGHUP) { [unowned self] in log.info("SIGHUP: configuration is read at start only; restart paird to apply changes") }
         }
-        try loop.onSignal(SIGHUP) { [unowned self] in log.info("SIGHUP: configuration is read at start only; restart paird to apply changes") }
         if let interval = SystemdNotifier.watchdogPingInterval() { scheduleWatchdog(every: interval) }
         scheduleHistoryAlive()
 
         log.log(.info, "paird \(BuildInfo.version) started, \(machine.devices.count) device(s) known",
                 id: Log.MessageID.started)
-        try loop.run()
-        bluez.stop()
-        bus.close()
     }
 
     func shutDown(_ why: String) {
         log.info("\(why): stopping")
         SystemdNotifier.notify("STOPPING=1\nSTATUS=Shutting down")
-        record(.pairdStopping, now: Daemon.now())
+        record(.pairdStopping, now: now())
         if metrics?.writePending == true { metrics?.writeNow() }
         loop.stop()
     }
@@ -198,7 +224,7 @@ public final class Daemon {
     func markReadyIfNeeded() {
         guard !ready else { return }
         ready = true
-        SystemdNotifier.notify("READY=1\nSTATUS=\(machine.statusLine(now: Daemon.now()))")
+        SystemdNotifier.notify("READY=1\nSTATUS=\(machine.statusLine(now: now()))")
     }
 
     // MARK: Events in (BlueZ's: Daemon+BlueZEvents.swift)
@@ -229,7 +255,7 @@ public final class Daemon {
     }
 
     private func process(_ event: Event) {
-        let now = Daemon.now()
+        let now = now()
         if log.minimumPriority == .debug { log.debug("machine: \(event)") }
         if let o = Observation.before(event) { observe(o, now: now) }
         actions.removeAll(keepingCapacity: true)
@@ -405,7 +431,7 @@ public final class Daemon {
                                           powered: u.info?.powered ?? false, present: u.info != nil, ready: u.ready, configured: u.selector)
         }
         var doc = StatusDocument(machine: machine, adapter: bluez?.adapter.map { .init(name: $0.name, address: $0.address, powered: $0.powered, present: true) },
-                                 configuredAdapter: bluez?.selectors.first ?? config.adapter, battery: battery, now: Daemon.now(), stateFileError: stateFileError)
+                                 configuredAdapter: bluez?.selectors.first ?? config.adapter, battery: battery, now: now(), stateFileError: stateFileError)
         doc.adapters = adapters
         return doc
     }

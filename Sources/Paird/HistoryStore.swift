@@ -348,7 +348,7 @@ public final class HistoryStore {
         }
     }
 
-    /// CLOCK_BOOTTIME in nanoseconds (as `Daemon.now()`).
+    /// CLOCK_BOOTTIME in nanoseconds (as `Daemon.now()` without a test skew).
     public static func uptime() -> Int64 {
         var t = timespec()
         clock_gettime(CLOCK_BOOTTIME, &t)

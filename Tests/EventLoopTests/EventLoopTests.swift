@@ -14,6 +14,24 @@ func runUntil(_ loop: EventLoop, limit: Duration = .seconds(5), _ condition: () 
     return condition()
 }
 
+/// Runs `loop` until `condition` holds or `seconds` pass on the real clock. The deadline is a
+/// timerfd of its own on CLOCK_MONOTONIC that the loop watches: it schedules nothing on the loop,
+/// so it neither re-arms the loop's timerfd nor moves with a test's clock (either would hide a
+/// timer that waits for the real deadline instead of the loop's).
+func runUntilRealDeadline(_ loop: EventLoop, seconds: Int, _ condition: () -> Bool) throws -> Bool {
+    let fd = sysTimerfdCreate(CLOCK_MONOTONIC, TimerFD.cloexec | TimerFD.nonblock)
+    #expect(fd >= 0)
+    defer { close(fd) }
+    var spec = itimerspec()
+    spec.it_value = timespec(tv_sec: seconds, tv_nsec: 0)
+    _ = sysTimerfdSettime(fd, 0, &spec)
+    var expired = false
+    let watch = loop.watch(fd: fd, events: .read) { _ in expired = true }
+    defer { watch.cancel() }
+    try loop.run(until: { condition() || expired })
+    return condition()
+}
+
 @Suite struct EventLoopTests {
     @Test func timersFireInDeadlineOrderAndTiesInSchedulingOrder() throws {
         let loop = try EventLoop()
@@ -25,6 +43,24 @@ func runUntil(_ loop: EventLoop, limit: Duration = .seconds(5), _ condition: () 
         loop.schedule(after: .zero) { fired.append("now") }
         #expect(try runUntil(loop) { fired.count == 5 })
         #expect(fired == ["now", "a", "b1", "b2", "c"])
+    }
+
+    @Test("a test's clock: advanceClock fires at once what is due by the new time, in order; now() moves with it; a later timer waits")
+    func advancedClock() throws {
+        let loop = try EventLoop()
+        var fired: [String] = []
+        let before = loop.now()
+        loop.schedule(after: .seconds(600)) { fired.append("10 min") }
+        loop.schedule(after: .seconds(60)) { fired.append("1 min") }
+        loop.schedule(at: before + .seconds(120)) { fired.append("2 min, by instant") }
+        loop.schedule(after: .seconds(3600)) { fired.append("1 h") }
+        loop.advanceClock(by: .seconds(700))
+        #expect(loop.clockSkew == .seconds(700))
+        #expect(before.duration(to: loop.now()) >= .seconds(700))
+        #expect(try runUntilRealDeadline(loop, seconds: 5) { fired.count == 3 })
+        #expect(fired == ["1 min", "2 min, by instant", "10 min"])
+        #expect(try !runUntilRealDeadline(loop, seconds: 1) { fired.count > 3 }, "the hour is not up on the loop's clock")
+        #expect(loop.pendingTimerCount == 1)
     }
 
     @Test func cancelledTimersDoNotFire() throws {
