@@ -8,11 +8,11 @@ public enum BlueZEvent: Sendable, Hashable {
     case adapterReady(AdapterInfo, selector: String = "")
     /// One adapter of several went ("removed", "powered-off" or "bluetoothd-gone"), the others
     /// are still ready. Emitted once per ready period, per adapter.
-    case adapterGone(reason: String, address: DeviceAddress)
+    case adapterGone(reason: AdapterGoneReason, address: DeviceAddress)
     /// No adapter paird uses is ready any more: the last one went (the same reasons; `address`
     /// nil when no adapter was found for the selector), or none was usable at the first settled
     /// view. Emitted once per ready period, per adapter.
-    case adapterLost(reason: String, address: DeviceAddress? = nil)
+    case adapterLost(reason: AdapterGoneReason, address: DeviceAddress? = nil)
     /// The devices BlueZ's auto-connect is armed for: bonded devices under the adapter whose
     /// services (`Device1.UUIDs`; 5.66 matches a profile against those) meet the UUIDs BlueZ holds
     /// in our GattProfile1 registration (bluez-notes §4). Empty when it holds none (unregistered,
@@ -62,12 +62,16 @@ public enum BlueZEvent: Sendable, Hashable {
     case characteristicAppeared(DeviceAddress, String)
 }
 
-/// Tokens for `adapterGone(reason:)`.
-public enum AdapterGoneReason {
-    public static let removed = "removed"
-    public static let poweredOff = "powered-off"
+/// Why an adapter is not usable (`adapterGone`, `adapterLost`); `token` is the word the journal
+/// says, pinned by `PresenceTests`.
+public enum AdapterGoneReason: String, Sendable, Hashable, CaseIterable, CustomStringConvertible {
+    case removed
+    case poweredOff = "powered-off"
     /// Powered off and blocked by rfkill (a person, a key, a switch: `AdapterInfo.rfkillBlocked`).
     /// paird never lifts a block; `rfkill unblock bluetooth` does, and bluetoothd powers it again.
-    public static let rfkillBlocked = "rfkill-blocked"
-    public static let bluetoothdGone = "bluetoothd-gone"
+    case rfkillBlocked = "rfkill-blocked"
+    case bluetoothdGone = "bluetoothd-gone"
+
+    public var token: String { rawValue }
+    public var description: String { token }
 }

@@ -124,7 +124,7 @@ public struct Presence: Sendable, Equatable {
         public var adapter = Adapter.none
         public var verdict = Verdict.none
         /// The reason of the last `adapterGone`, while unusable.
-        public var goneReason: String?
+        public var goneReason: AdapterGoneReason?
         public init() {}
     }
 
@@ -209,7 +209,7 @@ public struct Presence: Sendable, Equatable {
         /// `slot`: the selector's index (0 with one selector).
         case adapterReady(AdapterInfo, slot: Int = 0)
         /// `wasReady`: it ends a ready period (not the first verdict). `slot`: the selector's index.
-        case adapterGone(reason: String, wasReady: Bool, slot: Int = 0)
+        case adapterGone(reason: AdapterGoneReason, wasReady: Bool, slot: Int = 0)
     }
 
     public private(set) var bluetoothd = Bluetoothd.unknown
@@ -441,8 +441,8 @@ public struct Presence: Sendable, Equatable {
             return
         }
         guard !up else { return }
-        let reason = view == nil ? AdapterGoneReason.bluetoothdGone : info == nil ? AdapterGoneReason.removed
-            : info?.rfkillBlocked == true ? AdapterGoneReason.rfkillBlocked : AdapterGoneReason.poweredOff
+        let reason: AdapterGoneReason = view == nil ? .bluetoothdGone : info == nil ? .removed
+            : info?.rfkillBlocked == true ? .rfkillBlocked : .poweredOff
         if slots[k].verdict == .ready {
             slots[k].verdict = .unusable
             slots[k].goneReason = reason
@@ -453,7 +453,7 @@ public struct Presence: Sendable, Equatable {
             slots[k].verdict = .unusable
             slots[k].goneReason = reason
             out.append(.adapterGone(reason: reason, wasReady: false, slot: k))
-        } else if slots[k].verdict == .unusable, reason == AdapterGoneReason.rfkillBlocked, slots[k].goneReason == AdapterGoneReason.poweredOff {
+        } else if slots[k].verdict == .unusable, reason == .rfkillBlocked, slots[k].goneReason == .poweredOff {
             // Found blocked after it was said powered off (5.66 -E: PowerState came after
             // Powered=false): the block is said once more.
             slots[k].goneReason = reason

@@ -79,8 +79,8 @@ extension Daemon {
         }
     }
 
-    private func warnIfRfkill(_ reason: String, _ address: DeviceAddress?) {
-        guard reason == AdapterGoneReason.rfkillBlocked else { return }
+    private func warnIfRfkill(_ reason: AdapterGoneReason, _ address: DeviceAddress?) {
+        guard reason == .rfkillBlocked else { return }
         log.warning("adapter\(address.map { " \($0)" } ?? ""): rfkill blocks it (a person, a key or a switch): paird does not lift a block; "
                     + "`rfkill unblock bluetooth` brings it back, and the wearables with it")
     }

@@ -185,7 +185,7 @@ step("bluetoothd restart: adapterLost (its only adapter), then adapterReady with
     let m = mark()
     try wait("adapterGone", 60) { since(m) { switch $0 { case .adapterGone, .adapterLost: true; default: false } } }
     try wait("adapterReady", 60) { client.isReady && client.stats.agentRegistrations > agentBefore }
-    let reason = events[m...].compactMap { switch $0 { case .adapterGone(let r, _), .adapterLost(let r, _): r; default: nil } }.first ?? "?"
+    let reason = events[m...].compactMap { switch $0 { case .adapterGone(let r, _), .adapterLost(let r, _): r.token; default: nil } }.first ?? "?"
     return "gone: \(reason); agent registrations \(client.stats.agentRegistrations), app \(client.stats.applicationRegistrations)"
 }
 

@@ -88,7 +88,7 @@ struct BlueZClientTests {
         try runUntil(mock.loop, "linkUp again on hci1") { rec.count { $0 == .linkUp(addrB) } == 2 }
 
         try mock.call("/", "org.bluez.Mock", "RemoveAdapterWithDevices", [.string("hci0")])
-        try runUntil(mock.loop, "hci0 gone") { rec.has(.adapterGone(reason: "removed", address: DeviceAddress(hci0Address)!)) }
+        try runUntil(mock.loop, "hci0 gone") { rec.has(.adapterGone(reason: .removed, address: DeviceAddress(hci0Address)!)) }
         #expect(client.isReady && client.readyAdapter(named: "hci0") == nil && client.readyAdapter(named: "hci1") != nil)
         #expect(client.adapter?.name == "hci1", "the default is now the one left")
         #expect(client.device(addrB)?.path == onB)
@@ -101,7 +101,7 @@ struct BlueZClientTests {
         try runUntil(mock.loop, "snapshot") { client.stats.cacheRebuilds == 1 }
         // The first settled view without the adapter is announced once (paird then sends READY=1).
         try runUntil(mock.loop, "absence announced") { !recorder.events.isEmpty }
-        #expect(client.adapter == nil && recorder.events == [.adapterLost(reason: "removed")])
+        #expect(client.adapter == nil && recorder.events == [.adapterLost(reason: .removed)])
         try mock.addAdapter("hci0")
         try mock.setRegistrar("/org/bluez/hci0", conn.uniqueName)
         try runUntil(mock.loop, "adapterReady") { recorder.readyCount == 1 }
@@ -115,7 +115,7 @@ struct BlueZClientTests {
         try mock.updateProperties(hci1, "org.bluez.Adapter1", ["Powered": .bool(false)])
         let (client, recorder, conn) = try mock.startClient("", waitReady: false, adapterForRegistrar: nil)
         try runUntil(mock.loop, "absence announced") { !recorder.events.isEmpty }
-        #expect(recorder.events == [.adapterLost(reason: "powered-off")], "hci1 seen first, not powered")
+        #expect(recorder.events == [.adapterLost(reason: .poweredOff)], "hci1 seen first, not powered")
         try mock.addAdapter("hci0")
         try mock.addDevice("hci0", devA)
         try mock.setRegistrar("/org/bluez/hci0", conn.uniqueName)
@@ -238,7 +238,7 @@ struct BlueZClientTests {
         try mock.addAdapter()
         let (client, rec, _) = try mock.startClient()
         try mock.updateProperties("/org/bluez/hci0", "org.bluez.Adapter1", ["Powered": .bool(false)])
-        try runUntil(mock.loop, "adapterGone") { rec.has(.adapterLost(reason: "powered-off", address: DeviceAddress(hci0Address))) }
+        try runUntil(mock.loop, "adapterGone") { rec.has(.adapterLost(reason: .poweredOff, address: DeviceAddress(hci0Address))) }
         #expect(!client.isReady && client.adapter?.powered == false)
         try mock.updateProperties("/org/bluez/hci0", "org.bluez.Adapter1", ["Powered": .bool(true)])
         try runUntil(mock.loop, "adapterReady again") { rec.readyCount == 2 }
@@ -252,7 +252,7 @@ struct BlueZClientTests {
         try mock.addDevice("hci0", devA)
         let (client, rec, conn) = try mock.startClient()
         try mock.call("/", "org.bluez.Mock", "RemoveAdapterWithDevices", [.string("hci0")])
-        try runUntil(mock.loop, "adapterGone") { rec.has(.adapterLost(reason: "removed", address: DeviceAddress(hci0Address))) }
+        try runUntil(mock.loop, "adapterGone") { rec.has(.adapterLost(reason: .removed, address: DeviceAddress(hci0Address))) }
         // Let the removal grace pass: the device removal must not surface.
         var graceOver = false
         _ = mock.loop.schedule(after: .milliseconds(300)) { graceOver = true }
@@ -303,7 +303,7 @@ struct BlueZClientTests {
         #expect(try mock.calls("/org/bluez", "RequestDefaultAgent").isEmpty, "a desktop's own agent stays the default")
 
         mock.stopMock()
-        try runUntil(mock.loop, "adapterGone") { rec.has(.adapterLost(reason: "bluetoothd-gone", address: DeviceAddress(hci0Address))) }
+        try runUntil(mock.loop, "adapterGone") { rec.has(.adapterLost(reason: .bluetoothdGone, address: DeviceAddress(hci0Address))) }
         #expect(client.adapter == nil && client.device(addrA) == nil)
         #expect(client.views(for: [addrA])[addrA] == .absent)
         var failure: BlueZFailure?? = .none
@@ -349,7 +349,7 @@ struct BlueZClientTests {
         let tail = rec.events.filter { if case .autoConnectArmed = $0 { false } else { true } }.suffix(2)
         // The reason of the earlier Disconnected was used up by that link's linkDown: none here.
         let lost = DisconnectClassifier.Evidence(reason: nil, stillBonded: false, deviceExists: true, adapterUp: true)
-        #expect(Array(tail) == [.linkDown(addrA, lost), .adapterLost(reason: "powered-off", address: DeviceAddress(hci0Address))])
+        #expect(Array(tail) == [.linkDown(addrA, lost), .adapterLost(reason: .poweredOff, address: DeviceAddress(hci0Address))])
         #expect(rec.goneCount == 1)
     }
 

@@ -54,7 +54,7 @@ struct PresenceTests {
     func startAbsent() {
         var p = Presence()
         _ = p.handle(.wantedUUIDs([Self.hr], Self.view([])))
-        #expect(p.handle(.ownerAbsent) == [.announceAbsent, .adapterGone(reason: "bluetoothd-gone", wasReady: false)])
+        #expect(p.handle(.ownerAbsent) == [.announceAbsent, .adapterGone(reason: .bluetoothdGone, wasReady: false)])
         #expect(p.handle(.ownerAbsent) == [])
         #expect(p.handle(.ownerAppeared(":1.9")) == [.announcePresence(true), .list(owner: ":1.9")])
         #expect(p.handle(.listed(owner: ":1.9", Self.view([Self.info(Self.hci0)]))) == [
@@ -79,7 +79,7 @@ struct PresenceTests {
     func bluetoothdLeaves() {
         var p = Self.ready()
         #expect(p.handle(.ownerLeft) == [
-            .announcePresence(false), .forgetBluetoothd, .adapterGone(reason: "bluetoothd-gone", wasReady: true),
+            .announcePresence(false), .forgetBluetoothd, .adapterGone(reason: .bluetoothdGone, wasReady: true),
             .releaseAdapter(Self.hci0), .armed([]),
         ])
         #expect(p.agent == .unregistered && p.adapter == .none && !p.isReady)
@@ -96,7 +96,7 @@ struct PresenceTests {
     func ownerReplaced() {
         var p = Self.ready()
         #expect(p.handle(.ownerAppeared(":1.8")) == [
-            .announcePresence(false), .forgetBluetoothd, .adapterGone(reason: "bluetoothd-gone", wasReady: true),
+            .announcePresence(false), .forgetBluetoothd, .adapterGone(reason: .bluetoothdGone, wasReady: true),
             .releaseAdapter(Self.hci0), .announcePresence(true), .list(owner: ":1.8"), .armed([]),
         ])
     }
@@ -105,7 +105,7 @@ struct PresenceTests {
     func poweredOffAndOn() {
         var p = Self.ready()
         #expect(p.handle(.viewChanged(Self.view([Self.info(Self.hci0, powered: false)]))) == [
-            .adapterGone(reason: "powered-off", wasReady: true),
+            .adapterGone(reason: .poweredOff, wasReady: true),
         ])
         #expect(p.handle(.viewChanged(Self.view([Self.info(Self.hci0, powered: false)]))) == [])
         #expect(p.handle(.viewChanged(Self.view([Self.info(Self.hci0)]))) == [.adapterReady(Self.info(Self.hci0))])
@@ -116,13 +116,13 @@ struct PresenceTests {
         var blocked = Self.info(Self.hci0, powered: false)
         blocked.rfkillBlocked = true
         var p = Self.ready()
-        #expect(p.handle(.viewChanged(Self.view([blocked]))) == [.adapterGone(reason: "rfkill-blocked", wasReady: true)])
+        #expect(p.handle(.viewChanged(Self.view([blocked]))) == [.adapterGone(reason: .rfkillBlocked, wasReady: true)])
         #expect(p.handle(.viewChanged(Self.view([Self.info(Self.hci0)]))) == [.adapterReady(Self.info(Self.hci0))])
         // BlueZ's order the other way round: Powered=false first, then PowerState.
         #expect(p.handle(.viewChanged(Self.view([Self.info(Self.hci0, powered: false)]))) == [
-            .adapterGone(reason: "powered-off", wasReady: true),
+            .adapterGone(reason: .poweredOff, wasReady: true),
         ])
-        #expect(p.handle(.viewChanged(Self.view([blocked]))) == [.adapterGone(reason: "rfkill-blocked", wasReady: false)])
+        #expect(p.handle(.viewChanged(Self.view([blocked]))) == [.adapterGone(reason: .rfkillBlocked, wasReady: false)])
         #expect(p.handle(.viewChanged(Self.view([blocked]))) == [])
         #expect(p.handle(.viewChanged(Self.view([Self.info(Self.hci0, powered: false)]))) == [], "unblocked, not yet powered")
         #expect(p.handle(.viewChanged(Self.view([Self.info(Self.hci0)]))) == [.adapterReady(Self.info(Self.hci0))])
@@ -135,7 +135,7 @@ struct PresenceTests {
         _ = p.handle(.ownerAppeared(":1.5"))
         #expect(p.handle(.listed(owner: ":1.5", Self.view([Self.info(Self.hci0, powered: false)]))) == [
             .registerAgent, .registerApplication(adapter: Self.hci0, uuids: [Self.hr]),
-            .adapterGone(reason: "powered-off", wasReady: false),
+            .adapterGone(reason: .poweredOff, wasReady: false),
         ])
         _ = p.handle(.agentRegistered)
         #expect(p.handle(.applicationRegistered(adapter: Self.hci0, [Self.hr])) == [.armed([Self.hr])])
@@ -147,7 +147,7 @@ struct PresenceTests {
         var p = Presence()
         _ = p.handle(.wantedUUIDs([Self.hr], Self.view([])))
         _ = p.handle(.ownerAppeared(":1.5"))
-        #expect(p.handle(.listed(owner: ":1.5", Self.view([]))) == [.adapterGone(reason: "removed", wasReady: false)])
+        #expect(p.handle(.listed(owner: ":1.5", Self.view([]))) == [.adapterGone(reason: .removed, wasReady: false)])
         #expect(p.handle(.viewChanged(Self.view([]))) == [])
         #expect(p.handle(.viewChanged(Self.view([Self.info(Self.hci1)]))) == [
             .registerAgent, .registerApplication(adapter: Self.hci1, uuids: [Self.hr]),
@@ -158,7 +158,7 @@ struct PresenceTests {
     func unplugAndReplug() {
         var p = Self.ready()
         #expect(p.handle(.viewChanged(Self.view([]))) == [
-            .releaseAdapter(Self.hci0), .adapterGone(reason: "removed", wasReady: true), .armed([]),
+            .releaseAdapter(Self.hci0), .adapterGone(reason: .removed, wasReady: true), .armed([]),
         ])
         let back = Self.info(Self.hci1, address: "00:AA:01:00:00:00")
         // The agent belongs to bluetoothd, not to the adapter: only the application is registered again.
@@ -310,7 +310,7 @@ struct PresenceTests {
         var p = Self.readyTwo()
         let b = Self.info(Self.hci1)
         #expect(p.handle(.viewChanged(Presence.AdapterView(adapters: [Self.hci1: b], picks: [nil, Self.hci1], mayReselect: false))) == [
-            .releaseAdapter(Self.hci0), .adapterGone(reason: "removed", wasReady: true, slot: 0), .armed([Self.hr]),
+            .releaseAdapter(Self.hci0), .adapterGone(reason: .removed, wasReady: true, slot: 0), .armed([Self.hr]),
         ])
         #expect(p.isReady && p.readyPaths == [Self.hci1])
         #expect(p.slots[1].adapter == .serving(path: Self.hci1, .held([Self.hr])))
@@ -326,8 +326,8 @@ struct PresenceTests {
         var p = Self.readyTwo()
         #expect(p.handle(.ownerLeft) == [
             .announcePresence(false), .forgetBluetoothd,
-            .adapterGone(reason: "bluetoothd-gone", wasReady: true, slot: 0), .releaseAdapter(Self.hci0),
-            .adapterGone(reason: "bluetoothd-gone", wasReady: true, slot: 1), .releaseAdapter(Self.hci1),
+            .adapterGone(reason: .bluetoothdGone, wasReady: true, slot: 0), .releaseAdapter(Self.hci0),
+            .adapterGone(reason: .bluetoothdGone, wasReady: true, slot: 1), .releaseAdapter(Self.hci1),
             .armed([]),
         ])
         #expect(!p.isReady)
@@ -347,10 +347,16 @@ struct PresenceTests {
         _ = p.handle(.ownerAppeared(":1.5"))
         #expect(p.handle(.listed(owner: ":1.5", view)) == [
             .registerAgent, .registerApplication(adapter: Self.hci0, uuids: [Self.hr]),
-            .adapterGone(reason: "removed", wasReady: false, slot: 1),
+            .adapterGone(reason: .removed, wasReady: false, slot: 1),
         ])
         _ = p.handle(.agentRegistered)
         #expect(p.handle(.applicationRegistered(adapter: Self.hci0, [Self.hr])) == [.adapterReady(a, slot: 0), .armed([Self.hr])])
         #expect(p.slots[1].adapter == .none)
+    }
+
+    @Test("the reasons an adapter is gone keep their journal words (old journals and `PAIRD_*` queries read them)")
+    func goneReasonTokens() {
+        #expect(AdapterGoneReason.allCases.map(\.token) == ["removed", "powered-off", "rfkill-blocked", "bluetoothd-gone"])
+        #expect(AdapterGoneReason.allCases.map { "\($0)" } == AdapterGoneReason.allCases.map(\.token), "logged as the token")
     }
 }
