@@ -43,7 +43,6 @@ extension Daemon {
         case .bondChanged(let a, let bonded):
             if !bonded { feed(.bondLost(a)) }
         case .deviceRemoved(let a):
-            battery[a] = nil
             feed(.deviceRemoved(a))
         case .notification(let a, let characteristic, let value):
             try? bus.emitSignal(path: PairdAPI.objectPath, interface: PairdAPI.interface, member: "Notification",
@@ -56,11 +55,7 @@ extension Daemon {
             feed(.subscriptionEnded(a, characteristic: characteristic))
         case .battery(let a, let level):
             metrics?.model.battery(a.description, name: machine.device(a)?.identity.name ?? "", level: Int(level))
-            guard battery[a] != level else { return }
-            battery[a] = level
-            observe(.battery(a, level: level), now: now())
-            try? bus.emitSignal(path: PairdAPI.objectPath, interface: PairdAPI.interface, member: "Battery",
-                                args: [.string(a.description), .byte(level)])
+            feed(.batteryRead(a, level: level))
         case .linkProven(let a):
             feed(.linkProven(a))
         case .agentAsked(let a, let request, let question):
@@ -69,7 +64,6 @@ extension Daemon {
             feed(.agentCanceled)
         case .addressChanged(let old, let new, let type):
             log.info("\(old) is \(new) (\(type.rawValue)): its private address resolved to its identity")
-            if battery[old] != nil { battery[new] = battery.removeValue(forKey: old) }
             metrics?.model.addressChanged(old.description, to: new.description)
             feed(.addressChanged(old, to: new, type))
         case .characteristicsMissing(let a, let uuids):

@@ -48,7 +48,6 @@ public final class Daemon {
     /// cancelled is not in here any more and does nothing; the machine ignores stale ids anyway.
     var timers: [Countdown.ID: TimerHandle] = [:]
     var actions: [Action] = []
-    var battery: [DeviceAddress: UInt8] = [:]
     var lastStatus = ""
     /// Why the last state-file write failed; nil once one succeeds.
     var stateFileError: String?
@@ -303,6 +302,9 @@ public final class Daemon {
                 if let failure { log.debug("Disconnect \(a): \(failure.token)") }
                 feed(.disconnectAnswered(a))
             }
+        case .batteryChanged(let a, let level):
+            try? bus.emitSignal(path: PairdAPI.objectPath, interface: PairdAPI.interface, member: "Battery",
+                                args: [.string(a.description), .byte(level)])
         case .releaseSleepInhibitor(let why):
             releaseSleepInhibitor(why)
         case .setUpLink(let a):
@@ -335,7 +337,6 @@ public final class Daemon {
                 if let failure { log.warning("setting Trusted=\(trusted) on \(a) failed: \(failure.token)") }
             }
         case .removeDevice(let a):
-            battery[a] = nil
             bluez.removeDevice(a) { [unowned self] failure in
                 if let failure, failure != .deviceGone { log.warning("RemoveDevice \(a) failed: \(failure.token)") }
                 api?.unpairFinished(a)
@@ -431,7 +432,7 @@ public final class Daemon {
                                           powered: u.info?.powered ?? false, present: u.info != nil, ready: u.ready, configured: u.selector)
         }
         var doc = StatusDocument(machine: machine, adapter: bluez?.adapter.map { .init(name: $0.name, address: $0.address, powered: $0.powered, present: true) },
-                                 configuredAdapter: bluez?.selectors.first ?? config.adapter, battery: battery, now: now(), stateFileError: stateFileError)
+                                 configuredAdapter: bluez?.selectors.first ?? config.adapter, now: now(), stateFileError: stateFileError)
         doc.adapters = adapters
         return doc
     }

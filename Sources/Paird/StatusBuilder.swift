@@ -8,9 +8,9 @@ import PairingCore
 
 extension StatusDocument {
     /// The document `pairctl status` shows, from the machine and what the runtime adds (the
-    /// adapter BlueZ reports, battery levels read), at `now`. Monotonic moments become wall-clock
+    /// adapter BlueZ reports), at `now`. Monotonic moments become wall-clock
     /// times through `now`, read once for the whole document.
-    init(machine: PairingMachine, adapter: Adapter?, configuredAdapter: String, battery: [DeviceAddress: UInt8], now: Moment,
+    init(machine: PairingMachine, adapter: Adapter?, configuredAdapter: String, now: Moment,
          stateFileError: String? = nil) {
         func wall(_ m: Moment) -> Date {
             Date(timeIntervalSince1970: now.unixTime - Double(now.uptimeNanoseconds - m.uptimeNanoseconds) / 1e9)
@@ -34,7 +34,7 @@ extension StatusDocument {
                 address: d.address.description, name: d.identity.name, state: d.state.name, wanted: d.wanted.rawValue,
                 since: wall(d.since),
                 lastDisconnect: d.lastDisconnect.map { .init(reason: $0.reason.token, at: wall($0.at)) },
-                reconnectAttempts: d.reconnectAttempts, battery: battery[d.address].map(Int.init),
+                reconnectAttempts: d.reconnectAttempts, battery: d.battery.map(Int.init),
                 services: d.identity.serviceUUIDs, autoConnect: machine.autoConnectArmed.contains(d.address),
                 nextDeadline: (watch?.deadline ?? d.state.countdown?.deadline).map(wall),
                 repairReason: { if case .needsRepair(let r) = d.state { r.token } else { nil } }(),

@@ -53,7 +53,7 @@ func runBenchmark() {
             case .connect(let d, let call, _): lastCall[Int(d.value - base)] = call
             case .cancel, .disconnect, .setUpLink, .setTrusted, .removeDevice, .startDiscovery, .stopDiscovery, .restartDiscovery, .pair, .answerAgent,
                  .cancelPairing, .updateAutoConnect, .queryBluetoothdUnit, .resubscribe, .probe, .startBluetoothd, .bluetoothdReport, .persist, .report,
-                 .pairingProgress, .pairingEnded, .powerCycleAdapter, .powerCycle, .releaseSleepInhibitor, .powerOn, .powerOnReport:
+                 .pairingProgress, .pairingEnded, .powerCycleAdapter, .powerCycle, .releaseSleepInhibitor, .powerOn, .powerOnReport, .batteryChanged:
                 break
             }
         }

@@ -54,6 +54,10 @@ public enum Action: Sendable, Hashable {
     /// A journal entry about bluetoothd (one per crash, with its own MESSAGE_ID).
     case bluetoothdReport(BluetoothdReport)
 
+    /// A wearable's battery level changed (`Event.batteryRead`): paird's `Battery` signal, and
+    /// the observers' `Observation.battery`.
+    case batteryChanged(DeviceAddress, level: UInt8)
+
     // The host's sleep.
     /// Close logind's delay inhibitor (if paird holds one): the host may sleep now. Why: no link
     /// was up, every Disconnect() for the sleep was answered, or the release countdown ran out.

@@ -269,6 +269,9 @@ public struct ManagedDevice: Sendable, Hashable {
     public var healthRemakes: Int = 0
     /// When a subscribed characteristic last delivered (for status).
     public var lastDataAt: Moment?
+    /// The last Battery Level read (0–100 %, its set-up link's read or a notification): for status
+    /// and paird's `Battery` signal. nil: none read yet, or BlueZ forgot the device.
+    public var battery: UInt8?
     /// What paird learned of this wearable's habits while it runs (`Learned`).
     public var learned = Learned()
 

@@ -114,6 +114,8 @@ public enum Event: Sendable, Hashable {
     /// The host woke up (`PrepareForSleep(false)`).
     case hostResumed
     /// BlueZ answered a `Disconnect()` of paird's (done or failed: either way the call is over).
+    /// A Battery Level (0x2A19) reading of a wearable's, from BlueZ (read at set-up, or notified).
+    case batteryRead(DeviceAddress, level: UInt8)
     case disconnectAnswered(DeviceAddress)
     /// A power cycle's Powered=true (try `attempt`; the runtime's first, with the cycle) failed on
     /// the adapter with this address, or (nil) the one in use.

@@ -26,7 +26,7 @@ public enum Observation: Sendable, Hashable {
     case report(Report)
     /// systemd called bluetoothd's exit a crash (`BluetoothdReport.crashed`): its cause.
     case bluetoothdCrashed(cause: String)
-    /// A battery reading, from BlueZ directly.
+    /// A battery level that changed (`Action.batteryChanged`).
     case battery(DeviceAddress, level: UInt8)
     /// Time passed: time-based decisions are due. `lastData`: each wearable's last data
     /// (`ManagedDevice.lastDataAt`) as the machine knows it.
@@ -48,7 +48,7 @@ public enum Observation: Sendable, Hashable {
              .characteristicsMissing, .characteristicAppeared, .pairSucceeded, .pairFailed, .removeDeviceAnswered,
              .candidateFound, .discoveryFailed, .agentAsked, .agentCanceled, .countdownFired, .userPair,
              .userCancelPairing, .userAnswer, .userConnect, .userDisconnect, .userUnpair, .disconnectAnswered,
-             .powerOnFailed:
+             .powerOnFailed, .batteryRead:
             nil
         }
     }
@@ -57,6 +57,7 @@ public enum Observation: Sendable, Hashable {
     public static func after(_ action: Action) -> Observation? {
         switch action {
         case .report(let r): .report(r)
+        case .batteryChanged(let a, let level): .battery(a, level: level)
         case .bluetoothdReport(.crashed(let c)): .bluetoothdCrashed(cause: c.cause)
         // A stop or a wait of bluetoothd's is seen through the adapter's reports; the rest are
         // requests to BlueZ, systemd or the runtime, whose outcomes come back as reports.

@@ -109,7 +109,7 @@ extension PairingMachine {
              .linkDown, .bondLost, .deviceRemoved, .bondedDeviceAppeared, .connectSucceeded, .connectFailed, .setUpLinkFinished,
              .characteristicsMissing, .characteristicAppeared,
              .pairSucceeded, .pairFailed, .removeDeviceAnswered, .candidateFound, .discoveryFailed, .countdownFired, .agentAsked, .agentCanceled, .addressChanged,
-             .dataReceived, .subscriptionEnded, .probeFinished, .hostSleeping, .hostResumed, .disconnectAnswered, .powerOnFailed:
+             .dataReceived, .subscriptionEnded, .probeFinished, .hostSleeping, .hostResumed, .disconnectAnswered, .powerOnFailed, .batteryRead:
             return nil
         }
     }

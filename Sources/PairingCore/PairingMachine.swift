@@ -107,6 +107,8 @@ public struct PairingMachine: Sendable {
         defer {
             keepAutoConnectInStep(since: start, before: autoConnectBefore, &actions)
             keepWedgeProbes(now, &actions)
+            // A device BlueZ is asked to forget has no battery level known any more.
+            for case .removeDevice(let a) in actions[start...] { if let i = slot[a] { slots[i].battery = nil } }
         }
         switch event {
         case .adapterReady(let views): adapterReady(views, now, &actions)
@@ -123,6 +125,7 @@ public struct PairingMachine: Sendable {
         case .hostSleeping: hostSleeping(now, &actions)
         case .hostResumed: hostResumed(now, &actions)
         case .disconnectAnswered(let a): disconnectAnswered(a, now, &actions)
+        case .batteryRead(let a, let level): batteryRead(a, level, &actions)
         case .powerOnFailed(let adapter, let attempt, let failure): powerOnFailed(adapter, attempt: attempt, failure, now, &actions)
         case .linkUp(let a): linkUp(a, now, &actions)
         case .servicesResolved(let a): servicesResolved(a, now, &actions)
@@ -134,6 +137,7 @@ public struct PairingMachine: Sendable {
         case .linkDown(let a, let evidence): linkDown(a, evidence, now, &actions)
         case .bondLost(let a): lostBond(a, reason: .bondRemoved, now, &actions)
         case .deviceRemoved(let a):
+            if let i = slot[a] { slots[i].battery = nil }
             lostBond(a, reason: .deviceRemoved, now, &actions)
             staleBondRemoved(a, failure: nil, now, &actions)
         case .removeDeviceAnswered(let a, let failure): staleBondRemoved(a, failure: failure, now, &actions)
@@ -169,6 +173,14 @@ public struct PairingMachine: Sendable {
         var last = before
         for case .updateAutoConnect(let uuids) in actions[start...] { last = uuids }
         if last != wanted { actions.append(.updateAutoConnect(wanted)) }
+    }
+
+    /// A battery reading: kept, and said only when it changed (a wearable notifies its level
+    /// again and again).
+    mutating func batteryRead(_ a: DeviceAddress, _ level: UInt8, _ actions: inout [Action]) {
+        guard let i = slot[a], slots[i].battery != level else { return }
+        slots[i].battery = level
+        actions.append(.batteryChanged(a, level: level))
     }
 
     // MARK: Queries

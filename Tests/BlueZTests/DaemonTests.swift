@@ -52,6 +52,7 @@ struct DaemonTests {
         try eventually(mock.loop, "Pair answered") { paired != nil }
         #expect(try paired?.get().map(\.string) == [Self.watch, "Watch"])
         #expect(state()?.isConnected == true)
+        try eventually(mock.loop, "the set-up's Battery Level read, kept by the machine") { daemon.machine.devices[address]?.battery == 85 }
         let saved = try String(contentsOfFile: statePath, encoding: .utf8)
         #expect(saved.contains(Self.watch), "the intent is on disk before Pair is answered")
 

@@ -55,16 +55,16 @@ struct BluetoothdReportTests {
     @Test("status from paird's first moment: bluetoothd unknown (not running) until its owner is seen or known absent; the text says so")
     func unknownAtFirst() {
         var m = PairingMachine(now: .at(0))
-        var doc = StatusDocument(machine: m, adapter: nil, configuredAdapter: "", battery: [:], now: .at(0))
+        var doc = StatusDocument(machine: m, adapter: nil, configuredAdapter: "", now: .at(0))
         #expect(doc.bluetoothd == StatusDocument.Bluetoothd(state: "unknown", nextStartAt: nil, lastCrash: nil))
         #expect(BluetoothdText.render(doc.bluetoothd!) == "bluetoothd: unknown (paird has not yet seen whether org.bluez is on the bus)")
         #expect(StatusText.render(doc).contains("bluetoothd: unknown"))
         _ = m.handle(.bluetoothdAbsent, now: .at(0.1))
-        doc = StatusDocument(machine: m, adapter: nil, configuredAdapter: "", battery: [:], now: .at(0.1))
+        doc = StatusDocument(machine: m, adapter: nil, configuredAdapter: "", now: .at(0.1))
         #expect(doc.bluetoothd?.state == "gone")
         #expect(StatusText.render(doc).contains("bluetoothd: gone"))
         _ = m.handle(.bluetoothdBack, now: .at(5))
-        doc = StatusDocument(machine: m, adapter: nil, configuredAdapter: "", battery: [:], now: .at(5))
+        doc = StatusDocument(machine: m, adapter: nil, configuredAdapter: "", now: .at(5))
         #expect(doc.bluetoothd?.state == "running")
         #expect(!StatusText.render(doc).contains("bluetoothd:"), "running with no crash: no line")
     }
@@ -77,7 +77,7 @@ struct BluetoothdReportTests {
         _ = m.handle(.bluetoothdUnit(segv), now: .at(0))       // started at once
         _ = m.handle(.bluetoothdStartFailed, now: .at(1))
         _ = m.handle(.bluetoothdUnit(exitAtStart), now: .at(1)) // the next one after the backoff
-        let doc = StatusDocument(machine: m, adapter: nil, configuredAdapter: "", battery: [:], now: .at(1))
+        let doc = StatusDocument(machine: m, adapter: nil, configuredAdapter: "", now: .at(1))
         #expect(doc.bluetoothd?.state == "restarting")
         #expect(doc.bluetoothd?.nextStartAt == Date(timeIntervalSince1970: Moment.at(3).unixTime))
         #expect(doc.bluetoothd?.lastCrash?.action == "start 2 in 2.0 s")

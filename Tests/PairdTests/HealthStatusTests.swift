@@ -27,7 +27,7 @@ struct HealthStatusTests {
     @Test("awaiting the first data: the check, its deadline; no data yet")
     func firstData() throws {
         let m = connected()
-        let doc = StatusDocument(machine: m, adapter: nil, configuredAdapter: "", battery: [:], now: .at(1))
+        let doc = StatusDocument(machine: m, adapter: nil, configuredAdapter: "", now: .at(1))
         let d = try #require(doc.devices.first)
         #expect(d.health == .init(check: "firstData", characteristic: nil, deadline: wall(.at(5))))
         #expect(d.nextDeadline == wall(.at(5)))
@@ -42,7 +42,7 @@ struct HealthStatusTests {
     func silence() throws {
         var m = connected()
         for k in 0...9 { _ = m.handle(.dataReceived(watch, characteristic: hr), now: .at(Double(k))) }
-        let doc = StatusDocument(machine: m, adapter: nil, configuredAdapter: "", battery: [:], now: .at(10))
+        let doc = StatusDocument(machine: m, adapter: nil, configuredAdapter: "", now: .at(10))
         let d = try #require(doc.devices.first)
         #expect(d.lastData == wall(.at(9)))
         #expect(d.health == .init(check: "silence", characteristic: hr, deadline: wall(.at(14))))

@@ -45,7 +45,7 @@ struct Harness {
             case .probe(let d, let call, _, _): lastProbeCall[d] = call
             case .disconnect, .setUpLink, .setTrusted, .resubscribe, .removeDevice, .startDiscovery, .stopDiscovery, .restartDiscovery, .cancelPairing, .answerAgent,
                  .updateAutoConnect, .queryBluetoothdUnit, .startBluetoothd, .bluetoothdReport, .persist, .report, .pairingProgress, .pairingEnded,
-                 .powerCycleAdapter, .powerCycle, .releaseSleepInhibitor, .powerOn, .powerOnReport:
+                 .powerCycleAdapter, .powerCycle, .releaseSleepInhibitor, .powerOn, .powerOnReport, .batteryChanged:
                 break
             }
         }
