@@ -48,8 +48,8 @@ public struct DaemonConfig: Sendable, Equatable {
     public struct Error: Swift.Error, CustomStringConvertible, Equatable {
         public var file: String
         public var line: Int
-        public var reason: String
-        public var description: String { "\(file):\(line): \(reason)" }
+        public var problem: String
+        public var description: String { "\(file):\(line): \(problem)" }
     }
 
     /// Parses `text` (read from `file`, named in messages). Returns the config and warnings, or
@@ -73,7 +73,7 @@ public struct DaemonConfig: Sendable, Equatable {
             let lineNo = n + 1
             let line = raw.trimmed
             if line.isEmpty || line.hasPrefix("#") || line.hasPrefix(";") { continue }
-            func fail(_ why: String) -> Error { Error(file: file, line: lineNo, reason: why) }
+            func fail(_ why: String) -> Error { Error(file: file, line: lineNo, problem: why) }
             if line.hasPrefix("[") {
                 guard line.hasSuffix("]"), line.count > 2 else { throw fail("malformed section header \(line)") }
                 section = String(line.dropFirst().dropLast()).trimmed
@@ -190,13 +190,13 @@ public struct DaemonConfig: Sendable, Equatable {
         c.machine.firstDataTimeout = c.subscribe.isEmpty || c.firstDataTimeout == .zero ? nil : c.firstDataTimeout
         if c.machine.backoff.maximum < c.machine.backoff.initial {
             // the later of the two keys set is the one that made the pair inconsistent
-            errors.append(Error(file: file, line: max(backoffMaxLine, backoffInitialLine), reason: "BackoffMax (\(c.machine.backoff.maximum)) is below BackoffInitial (\(c.machine.backoff.initial))"))
+            errors.append(Error(file: file, line: max(backoffMaxLine, backoffInitialLine), problem: "BackoffMax (\(c.machine.backoff.maximum)) is below BackoffInitial (\(c.machine.backoff.initial))"))
         }
         if c.machine.resumeDeadlineCeiling < c.machine.resumeDeadlineFloor {
-            errors.append(Error(file: file, line: resumeLine, reason: "ResumeDeadlineCeiling (\(c.machine.resumeDeadlineCeiling)) is below ResumeDeadlineFloor (\(c.machine.resumeDeadlineFloor))"))
+            errors.append(Error(file: file, line: resumeLine, problem: "ResumeDeadlineCeiling (\(c.machine.resumeDeadlineCeiling)) is below ResumeDeadlineFloor (\(c.machine.resumeDeadlineFloor))"))
         }
         if let low = c.alerts.thresholds.batteryLow, low + c.alerts.thresholds.batteryHysteresis > 100 {
-            errors.append(Error(file: file, line: batteryLine, reason: "BatteryLow (\(low)) + BatteryHysteresis (\(c.alerts.thresholds.batteryHysteresis)) is above 100: the low-battery alert would never be re-armed"))
+            errors.append(Error(file: file, line: batteryLine, problem: "BatteryLow (\(low)) + BatteryHysteresis (\(c.alerts.thresholds.batteryHysteresis)) is above 100: the low-battery alert would never be re-armed"))
         }
         c.machine.adapter = c.adapter.isEmpty ? "hci0" : c.adapter
         return (c, warnings, errors)
@@ -235,14 +235,14 @@ public struct DaemonConfig: Sendable, Equatable {
     public static func check(path: String, mustExist: Bool = false) -> Checked {
         let bytes: [UInt8]?
         do { bytes = try readFile(path, limit: 1 << 20) } catch {
-            return Checked(fileExists: true, config: DaemonConfig(), warnings: [], errors: [Error(file: path, line: 0, reason: "cannot read: \(error)")])
+            return Checked(fileExists: true, config: DaemonConfig(), warnings: [], errors: [Error(file: path, line: 0, problem: "cannot read: \(error)")])
         }
         guard let bytes else {
-            let errors = mustExist ? [Error(file: path, line: 0, reason: "cannot read: no such file")] : []
+            let errors = mustExist ? [Error(file: path, line: 0, problem: "cannot read: no such file")] : []
             return Checked(fileExists: false, config: DaemonConfig(), warnings: [], errors: errors)
         }
         guard let text = String(validating: bytes, as: UTF8.self) else {
-            return Checked(fileExists: true, config: DaemonConfig(), warnings: [], errors: [Error(file: path, line: 0, reason: "not UTF-8 text")])
+            return Checked(fileExists: true, config: DaemonConfig(), warnings: [], errors: [Error(file: path, line: 0, problem: "not UTF-8 text")])
         }
         var (c, warnings, errors) = parseAll(text, file: path)
         if !c.metricsTextfile.isEmpty {

@@ -36,7 +36,7 @@ struct AlertConfigTests {
     ])
     func badValues(line: String, reason: String) {
         let (_, _, errors) = DaemonConfig.parseAll("[Alerts]\n\(line)", file: "t.conf")
-        #expect(errors == [DaemonConfig.Error(file: "t.conf", line: 2, reason: reason)])
+        #expect(errors == [DaemonConfig.Error(file: "t.conf", line: 2, problem: reason)])
     }
 
     @Test("BatteryLow + BatteryHysteresis above 100 would never re-arm: refused")

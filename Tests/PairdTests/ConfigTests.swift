@@ -43,7 +43,7 @@ struct ConfigTests {
                              ("[Connection]\nBackoffInitial = 5\n\nBackoffMax = 2\n", 4)] {
             let error = #expect(throws: DaemonConfig.Error.self) { try DaemonConfig.parse(text, file: "b.conf") }
             #expect(error?.line == line, "\(String(describing: error))")
-            #expect(error?.reason.contains("BackoffMax") == true)
+            #expect(error?.problem.contains("BackoffMax") == true)
         }
     }
 
@@ -55,7 +55,7 @@ struct ConfigTests {
         let error = #expect(throws: DaemonConfig.Error.self) {
             try DaemonConfig.parse("[Sleep]\nResumeDeadlineFloor = 40\nResumeDeadlineCeiling = 30\n", file: "s.conf")
         }
-        #expect(error?.line == 3 && error?.reason.contains("below ResumeDeadlineFloor") == true, "\(String(describing: error))")
+        #expect(error?.line == 3 && error?.problem.contains("below ResumeDeadlineFloor") == true, "\(String(describing: error))")
         #expect(throws: DaemonConfig.Error.self) { try DaemonConfig.parse("[Sleep]\nResumePowerCycles = -1\n", file: "s.conf") }
     }
 
@@ -66,7 +66,7 @@ struct ConfigTests {
         var expected = DaemonConfig()
         expected.machine.adapter = "hci0"
         #expect(c == expected && w.isEmpty)
-        #expect(throws: DaemonConfig.Error(file: path, line: 0, reason: "cannot read: no such file")) {
+        #expect(throws: DaemonConfig.Error(file: path, line: 0, problem: "cannot read: no such file")) {
             try DaemonConfig.load(path: path, mustExist: true)
         }
     }
@@ -143,7 +143,7 @@ struct ConfigTests {
         #expect(off.machine.firstDataTimeout == nil)
         let (nothing, _) = try DaemonConfig.parse("[Notifications]\nSubscribe =\n", file: "t.conf")
         #expect(nothing.subscribe.isEmpty && nothing.machine.firstDataTimeout == nil, "nothing subscribed: no data awaited")
-        #expect(throws: DaemonConfig.Error(file: "t.conf", line: 2, reason: "SilencePeriods must be a whole number in 2…1000, got \"1\"")) {
+        #expect(throws: DaemonConfig.Error(file: "t.conf", line: 2, problem: "SilencePeriods must be a whole number in 2…1000, got \"1\"")) {
             try DaemonConfig.parse("[Health]\nSilencePeriods = 1\n", file: "t.conf")
         }
         #expect(throws: DaemonConfig.Error.self) { try DaemonConfig.parse("[Health]\nProbeTimeout = 0\n", file: "t.conf") }
@@ -193,7 +193,7 @@ struct ConfigTests {
         } catch {
             #expect(error.file == "bad.conf")
             #expect(error.line == line)
-            #expect(error.reason.contains(reason), "\(error.reason)")
+            #expect(error.problem.contains(reason), "\(error.problem)")
             #expect(error.description.hasPrefix("bad.conf:\(line): "))
         }
     }
@@ -203,8 +203,8 @@ struct ConfigTests {
         let text = "[Pairing]\nScanTimeout = soon\n[General\n[Connection]\nFastAttempts = -1\nBackoffInitial = 30\nBackoffMax = 2\nConnectTimeout = 20\n"
         let (c, _, errors) = DaemonConfig.parseAll(text, file: "bad.conf")
         #expect(errors.map(\.line) == [2, 3, 5, 7], "\(errors)")
-        #expect(errors.map(\.reason).first?.contains("ScanTimeout") == true)
-        #expect(errors.last?.reason.contains("BackoffMax") == true)
+        #expect(errors.map(\.problem).first?.contains("ScanTimeout") == true)
+        #expect(errors.last?.problem.contains("BackoffMax") == true)
         #expect(c.machine.connectTimeout == .seconds(20), "the good lines after a bad one still count")
         #expect(throws: DaemonConfig.Error.self) { try DaemonConfig.parse(text, file: "bad.conf") }
         do { _ = try DaemonConfig.parse(text, file: "bad.conf") } catch { #expect(error.line == 2) }
@@ -217,6 +217,6 @@ struct ConfigTests {
         let allowed = DaemonConfig.check(path: missing)
         #expect(!allowed.fileExists && allowed.errors.isEmpty && allowed.config == DaemonConfig())
         let required = DaemonConfig.check(path: missing, mustExist: true)
-        #expect(required.errors.map(\.reason) == ["cannot read: no such file"])
+        #expect(required.errors.map(\.problem) == ["cannot read: no such file"])
     }
 }

@@ -246,7 +246,7 @@ struct MetricsTests {
         }
         let errors = DaemonConfig.parseAll("[Metrics]\nTextfile = relative.prom\n", file: "p").2
         #expect(errors.first?.line == 2)
-        #expect(errors.first?.reason.contains("absolute") == true)
+        #expect(errors.first?.problem.contains("absolute") == true)
     }
 
     @Test("--check-config warns when the Textfile's directory does not exist")
