@@ -640,6 +640,14 @@ PAIRD_UNIT = "/etc/systemd/system/paird.service"
 PAIRD_UNIT_BIN = "/usr/local/sbin/paird"   # ExecStart= of systemd/paird.service
 
 
+@at_exit
+def _keep_record():
+    """The run's availability record beside its logs (testbed-out/<run>/history.jsonl), copied
+    last, after paird stopped: what Tests/testbed/tokens.py compares across runs."""
+    with contextlib.suppress(OSError):
+        shutil.copy(f"{PAIRD_STATE_DIR}/history.jsonl", os.path.join(OUT, "history.jsonl"))
+
+
 def sh(cmd, timeout=30, check=True):
     """Run a shell command; return its stdout (raise BedError on failure when check)."""
     r = subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=timeout)
