@@ -18,7 +18,7 @@ import re
 import sys
 
 FIELDS = ("PAIRD_EVENT", "PAIRD_STATE", "PAIRD_PREVIOUS_STATE", "PAIRD_REASON")
-FIELD = re.compile(r"(PAIRD_[A-Z_]+)=(\S*)")
+FIELD = re.compile(r"(PAIRD_[A-Z_]+)=([^\s\]]*)")
 
 
 def journal(run):
