@@ -133,7 +133,7 @@ extension Daemon {
     /// Feeds the decider; logs and dispatches what it raises; re-arms the timer for its next deadline.
     func alert(_ input: Observation, now: Moment) {
         guard let rt = alerting else { return }
-        let raised = rt.decider.handle(input, now: now)
+        let raised = rt.decider.handle(input, now: now, facts: machine)
         for a in raised {
             let entry = AlertJournal(a, config: rt.decider.config)
             if let id = entry.messageID {
@@ -148,7 +148,7 @@ extension Daemon {
     }
 
     private func armAlertTimer(_ rt: AlertRuntime, now: Moment) {
-        let next = rt.decider.nextDeadline
+        let next = rt.decider.nextDeadline(machine)
         guard next != rt.timerDeadline || rt.timer?.isPending != true else { return }
         rt.timer?.cancel()
         rt.timer = nil
@@ -156,9 +156,7 @@ extension Daemon {
         guard let next else { return }
         rt.timer = loop.schedule(after: .nanoseconds(max(0, next.uptimeNanoseconds - now.uptimeNanoseconds))) { [unowned self] in
             rt.timerDeadline = nil
-            var lastData: [DeviceAddress: Moment] = [:]
-            for (a, d) in machine.devices { if let t = d.lastDataAt { lastData[a] = t } }
-            alert(.tick(lastData: lastData), now: self.now())
+            alert(.tick, now: self.now())
         }
     }
 }

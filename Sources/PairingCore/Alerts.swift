@@ -65,10 +65,10 @@ public struct Alert: Sendable, Hashable, CustomStringConvertible {
 }
 
 /// Decides the host's own alerts (issue 33, item 4) from what the daemon already sees: the
-/// machine's reports (`Action.report`), battery readings, bluetoothd's crash reports, the host's
-/// sleep, and a `tick` carrying each wearable's last data (`ManagedDevice.lastDataAt`). Pure: no
-/// clock, no I/O; fed the same `Observation`s as `HistoryRecorder`, it returns the
-/// alerts to raise, each once:
+/// machine's reports (`Action.report`), battery levels, bluetoothd's crash reports, the host's
+/// sleep, and a `tick` when a deadline it gave is due. A wearable's battery level and last data
+/// are the machine's facts (`WearableFacts`): read when needed, not copied. Pure: no clock, no
+/// I/O; fed the same `Observation`s as `HistoryRecorder`, it returns the alerts to raise, each once:
 ///
 /// - `batteryLow`: a reading under `batteryLow` while armed; re-armed only by a reading of at
 ///   least `batteryLow + batteryHysteresis`. The first reading after paird's start counts as a
@@ -96,11 +96,11 @@ public struct AlertDecider: Sendable {
         var awayAlerted = false
         /// The start of the current connected time without data (the connection's start).
         var connectedAt: Moment?
-        var lastData: Moment?
-        var silenceAlerted = false
+        /// The start of the silence a `noData` alert was raised for (the later of the connection's
+        /// start and the last data then): new data or a new connection starts another one.
+        var silenceAlertedFor: Moment?
         /// The last drop was paird's own remake for lack of data: the silence goes on.
         var remakingForData = false
-        var battery: Int?
         var batteryArmed = true
     }
 
@@ -127,16 +127,15 @@ public struct AlertDecider: Sendable {
         }
     }
 
-    public mutating func handle(_ input: Observation, now: Moment) -> [Alert] {
+    public mutating func handle(_ input: Observation, now: Moment, facts: some WearableFacts) -> [Alert] {
         switch input {
         case .report(let r):
             guard let a = r.device else { return [] }
-            return report(a, r, now)
+            return report(a, r, now, facts)
         case .battery(let a, let level):
             var d = devices[a] ?? Device()
             defer { devices[a] = d }
             let l = Int(level)
-            d.battery = l
             guard let low = config.batteryLow else { return [] }
             if d.batteryArmed, l < low {
                 d.batteryArmed = false
@@ -159,19 +158,11 @@ public struct AlertDecider: Sendable {
             asleep = false
             for a in devices.keys {
                 if devices[a]!.pursued { startAbsence(a, now, reason: ReportReason.hostAsleep.token) }
-                if devices[a]!.connected { devices[a]!.connectedAt = now; devices[a]!.silenceAlerted = false }
+                if devices[a]!.connected { devices[a]!.connectedAt = now; devices[a]!.silenceAlertedFor = nil }
             }
             return []
-        case .tick(let lastData):
-            for (a, t) in lastData {
-                guard var d = devices[a] else { continue }
-                if d.lastData.map({ t > $0 }) ?? true {
-                    d.lastData = t
-                    d.silenceAlerted = false
-                }
-                devices[a] = d
-            }
-            return due(now)
+        case .tick:
+            return due(now, facts)
         }
     }
 
@@ -182,7 +173,7 @@ public struct AlertDecider: Sendable {
         devices[a]!.awayAlerted = false
     }
 
-    mutating func report(_ a: DeviceAddress, _ r: Report, _ now: Moment) -> [Alert] {
+    mutating func report(_ a: DeviceAddress, _ r: Report, _ now: Moment, _ facts: some WearableFacts) -> [Alert] {
         if r.to == .unpaired || r.kind == .unpaired {
             devices[a] = nil
             return []
@@ -210,7 +201,7 @@ public struct AlertDecider: Sendable {
             d.remakingForData = false
             if !sameSilence {
                 d.connectedAt = asleep ? nil : now
-                d.silenceAlerted = false
+                d.silenceAlertedFor = nil
             }
             devices[a] = d
         // Pursued: paird brings it back (settling's word is `connecting`, as it always was).
@@ -233,46 +224,61 @@ public struct AlertDecider: Sendable {
             d.remakingForData = false
             devices[a] = d
             if r.kind == .needsRepair {
-                out.append(Alert(kind: .needsRepair, device: a, name: d.name, battery: d.battery, reason: r.reasonToken))
+                out.append(Alert(kind: .needsRepair, device: a, name: d.name, battery: facts.battery(of: a).map(Int.init), reason: r.reasonToken))
             }
         }
         return out
     }
 
     /// The time-based alerts due at `now`, each once.
-    mutating func due(_ now: Moment) -> [Alert] {
+    mutating func due(_ now: Moment, _ facts: some WearableFacts) -> [Alert] {
         var out: [Alert] = []
         for a in devices.keys.sorted(by: { $0.description < $1.description }) {
             var d = devices[a]!
+            let battery = facts.battery(of: a).map(Int.init)
             if let limit = config.awayLongerThan, let at = d.awayAt, !d.awayAlerted, now.since(at) >= limit {
                 d.awayAlerted = true
-                out.append(Alert(kind: .awayTooLong, device: a, name: d.name, battery: d.battery, reason: d.awayReason,
+                out.append(Alert(kind: .awayTooLong, device: a, name: d.name, battery: battery, reason: d.awayReason,
                                  duration: now.since(at)))
             }
-            if let limit = config.noDataFor, d.connected, !d.silenceAlerted, let since = silenceStart(d), now.since(since) >= limit {
-                d.silenceAlerted = true
-                out.append(Alert(kind: .noData, device: a, name: d.name, battery: d.battery, duration: now.since(since)))
+            if let limit = config.noDataFor, let since = unsaidSilence(d, facts.lastData(of: a)), now.since(since) >= limit {
+                d.silenceAlertedFor = since
+                out.append(Alert(kind: .noData, device: a, name: d.name, battery: battery, duration: now.since(since)))
             }
             devices[a] = d
         }
         return out
     }
 
-    func silenceStart(_ d: Device) -> Moment? {
-        guard let c = d.connectedAt else { return nil }
-        guard let l = d.lastData else { return c }
-        return max(c, l)
+    /// The start of a connected wearable's current silence (the later of its connection's start
+    /// and its last data), unless a `noData` alert was raised for it already.
+    func unsaidSilence(_ d: Device, _ lastData: Moment?) -> Moment? {
+        guard d.connected, let c = d.connectedAt else { return nil }
+        let since = lastData.map { max(c, $0) } ?? c
+        return since == d.silenceAlertedFor ? nil : since
     }
 
-    /// When the next time-based alert could be due (a `tick` then decides; data that came meanwhile
-    /// only moves it later). nil: none is pending.
-    public var nextDeadline: Moment? {
+    /// When the next time-based alert could be due (a `tick` then decides; data that comes
+    /// meanwhile only moves it later). nil: none is pending.
+    public func nextDeadline(_ facts: some WearableFacts) -> Moment? {
         var best: Moment?
         func consider(_ m: Moment) { if best == nil || m < best! { best = m } }
-        for d in devices.values {
+        for (a, d) in devices {
             if let limit = config.awayLongerThan, let at = d.awayAt, !d.awayAlerted { consider(at + limit) }
-            if let limit = config.noDataFor, d.connected, !d.silenceAlerted, let since = silenceStart(d) { consider(since + limit) }
+            if let limit = config.noDataFor, let since = unsaidSilence(d, facts.lastData(of: a)) { consider(since + limit) }
         }
         return best
     }
+}
+
+/// A wearable's facts the observers read instead of keeping copies: the machine's
+/// (`ManagedDevice.battery`, `ManagedDevice.lastDataAt`).
+public protocol WearableFacts {
+    func battery(of a: DeviceAddress) -> UInt8?
+    func lastData(of a: DeviceAddress) -> Moment?
+}
+
+extension PairingMachine: WearableFacts {
+    public func battery(of a: DeviceAddress) -> UInt8? { slot[a].flatMap { slots[$0].battery } }
+    public func lastData(of a: DeviceAddress) -> Moment? { slot[a].flatMap { slots[$0].lastDataAt } }
 }

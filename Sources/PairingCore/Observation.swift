@@ -28,9 +28,9 @@ public enum Observation: Sendable, Hashable {
     case bluetoothdCrashed(cause: String)
     /// A battery level that changed (`Action.batteryChanged`).
     case battery(DeviceAddress, level: UInt8)
-    /// Time passed: time-based decisions are due. `lastData`: each wearable's last data
-    /// (`ManagedDevice.lastDataAt`) as the machine knows it.
-    case tick(lastData: [DeviceAddress: Moment])
+    /// Time passed: a deadline an observer gave is due (its time-based decisions read the
+    /// machine's facts, `WearableFacts`).
+    case tick
 
     /// What of a machine event the observers are told before the machine handles it.
     public static func before(_ event: Event) -> Observation? {

@@ -82,17 +82,17 @@ struct RekeyTests {
         _ = recorder.handle(.pairdStarted, now: h.now)
         for a in h.log {
             if let i = Observation.after(a) { _ = recorder.handle(i, now: h.now) }
-            if let i = Observation.after(a) { _ = alerts.handle(i, now: h.now) }
+            if let i = Observation.after(a) { _ = alerts.handle(i, now: h.now, facts: h.machine) }
         }
         _ = recorder.handle(.battery(old, level: 50), now: h.now)
-        _ = alerts.handle(.battery(old, level: 50), now: h.now)
+        _ = alerts.handle(.battery(old, level: 50), now: h.now, facts: h.machine)
         let (recorderBefore, alertsBefore) = (Self.paths(of: old, in: recorder).sorted(), Self.paths(of: old, in: alerts).sorted())
         for table in [".devices", ".battery", ".batteryAt"] {
             #expect(recorderBefore.contains { $0.hasPrefix(table) }, "recorder not populated: \(table)")
         }
         #expect(alertsBefore.contains { $0.hasPrefix(".devices") })
         _ = recorder.handle(.addressChanged(old, to: new), now: h.now)
-        _ = alerts.handle(.addressChanged(old, to: new), now: h.now)
+        _ = alerts.handle(.addressChanged(old, to: new), now: h.now, facts: h.machine)
         #expect(Self.paths(of: old, in: recorder) == [] && Self.paths(of: old, in: alerts) == [])
         #expect(Self.paths(of: new, in: recorder).sorted() == recorderBefore)
         #expect(Self.paths(of: new, in: alerts).sorted() == alertsBefore)
