@@ -34,14 +34,19 @@ test:
 	$(MAKE) --no-print-directory unit || rc=1; t1=$$(date +%s); \
 	$(MAKE) --no-print-directory e2e-ci || rc=1; t2=$$(date +%s); \
 	Tests/testbed/host-fingerprint check $$fp || rc=1; rm -f $$fp $$fp.diff; \
+	Tests/unit-failures $(UNIT_LOG); \
 	echo "make test: $$((t2 - t0)) s of CI's 5400 s ($$(( (t2 - t0) * 100 / 5400 ))%): builds, unit and integration $$((t1 - t0)) s, end-to-end $$((t2 - t1)) s; exit $$rc"; \
 	exit $$rc
 
 ## unit: PairingCore, the C modules, the event loop, D-Bus against a private dbus-daemon,
 ## BlueZ against python-dbusmock, the daemon and pairctl binaries against the mock.
+## Its output is kept in $(UNIT_LOG) too: `make test` names the failed tests again at its very end,
+## after the end-to-end tier's summary, since CI shows only the tail of the output.
+UNIT_LOG = .build/unit-tests.log
 unit: deps release
-	PAIRD_VERSION=$(DEB_VERSION) $(SWIFT) build --build-tests
-	$(SWIFT) test --skip-build
+	@mkdir -p .build; rm -f $(UNIT_LOG); \
+	PAIRD_VERSION=$(DEB_VERSION) bash -o pipefail -c '$(SWIFT) build --build-tests 2>&1 | tee -a $(UNIT_LOG)' && \
+	bash -o pipefail -c '$(SWIFT) test --skip-build 2>&1 | tee -a $(UNIT_LOG)'
 
 ## e2e: the real kernel Bluetooth stack, bluetoothd 5.66 and virtual wearables in qemu VMs: Bumble
 ## profiles (an independent BLE stack) for every scenario, the BlueZ twin for a core subset, and
