@@ -30,7 +30,7 @@ extension Daemon {
     /// Feeds the recorder and appends what it makes: one write per record and one fsync. The cap
     /// is applied on a thread of its own (`HistoryStore.compactInBackground`), never on the loop.
     func record(_ input: Observation, now: Moment) {
-        var records = recorder.handle(input, now: now)
+        var records = recorder.handle(input, now: now, facts: machine)
         if let jump = clockWatch.check(now) {
             log.warning("the wall clock jumped \(jump > 0 ? "+" : "")\(Int(jump.rounded())) s against the monotonic clock: recorded; "
                         + "the availability record's age cap waits until both agree again")

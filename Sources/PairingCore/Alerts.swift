@@ -106,7 +106,6 @@ public struct AlertDecider: Sendable {
 
     public var config: AlertConfig
     var devices: [DeviceAddress: Device] = [:]
-    var asleep = false
 
     public init(config: AlertConfig) {
         self.config = config
@@ -151,13 +150,12 @@ public struct AlertDecider: Sendable {
             if let d = devices.removeValue(forKey: old) { devices[new] = d }
             return []
         case .hostSleeping:
-            asleep = true
             for a in devices.keys { devices[a]!.awayAt = nil; devices[a]!.connectedAt = nil }
             return []
         case .hostResumed:
-            asleep = false
+            // Told before the machine handles the resume: its facts still say asleep.
             for a in devices.keys {
-                if devices[a]!.pursued { startAbsence(a, now, reason: ReportReason.hostAsleep.token) }
+                if devices[a]!.pursued { startAbsence(a, now, reason: ReportReason.hostAsleep.token, asleep: false) }
                 if devices[a]!.connected { devices[a]!.connectedAt = now; devices[a]!.silenceAlertedFor = nil }
             }
             return []
@@ -166,7 +164,7 @@ public struct AlertDecider: Sendable {
         }
     }
 
-    mutating func startAbsence(_ a: DeviceAddress, _ now: Moment, reason: String?) {
+    mutating func startAbsence(_ a: DeviceAddress, _ now: Moment, reason: String?, asleep: Bool) {
         guard !asleep, devices[a]?.awayAt == nil else { return }
         devices[a]!.awayAt = now
         devices[a]!.awayReason = reason
@@ -200,7 +198,7 @@ public struct AlertDecider: Sendable {
             d.awayAlerted = false
             d.remakingForData = false
             if !sameSilence {
-                d.connectedAt = asleep ? nil : now
+                d.connectedAt = facts.hostAsleep ? nil : now
                 d.silenceAlertedFor = nil
             }
             devices[a] = d
@@ -214,7 +212,7 @@ public struct AlertDecider: Sendable {
             d.connected = false
             d.pursued = true
             devices[a] = d
-            startAbsence(a, now, reason: r.reasonToken ?? (r.kind == .adapterLost ? "adapter-unavailable" : nil))
+            startAbsence(a, now, reason: r.reasonToken ?? (r.kind == .adapterLost ? "adapter-unavailable" : nil), asleep: facts.hostAsleep)
         case nil, .state(.disconnected)?, .state(.needsRepair)?, .unpaired?, .refused?, .pairing(.scanning)?,
              .pairing(.removingOldBond)?, .pairing(.pairing)?: // the user's disconnect, needsRepair: not pursued, not away
             d.connected = false
@@ -271,14 +269,21 @@ public struct AlertDecider: Sendable {
     }
 }
 
-/// A wearable's facts the observers read instead of keeping copies: the machine's
-/// (`ManagedDevice.battery`, `ManagedDevice.lastDataAt`).
+/// The facts the observers read instead of keeping copies: the machine's
+/// (`ManagedDevice.battery`, `ManagedDevice.lastDataAt`, `HostWatch.asleep`).
+///
+/// Read when an observation is handled: for one the machine makes (`Observation.after`) they are
+/// the machine's after the step; for one told before the machine handles its event
+/// (`Observation.before`: `hostSleeping`, `hostResumed`, …) they are still those before it.
 public protocol WearableFacts {
     func battery(of a: DeviceAddress) -> UInt8?
     func lastData(of a: DeviceAddress) -> Moment?
+    /// Between the host's `hostSleeping` and its `hostResumed`, as the machine saw them.
+    var hostAsleep: Bool { get }
 }
 
 extension PairingMachine: WearableFacts {
     public func battery(of a: DeviceAddress) -> UInt8? { slot[a].flatMap { slots[$0].battery } }
     public func lastData(of a: DeviceAddress) -> Moment? { slot[a].flatMap { slots[$0].lastDataAt } }
+    public var hostAsleep: Bool { host.asleep }
 }

@@ -35,9 +35,8 @@ public struct HistoryRecorder: Sendable {
     /// `[History] BatteryStep`, `BatteryInterval`: what a battery reading must differ by, and how
     /// long after the last one, to be recorded (a wearable alternating 49/50 % cannot flood the record).
     public var batteryLimit: BatteryLimit
+    /// Between `bluetoothdLeft` and the next `adapterReady`: an adapter lost meanwhile is bluetoothd's.
     var bluetoothdGone = false
-    /// Between `hostSleeping` and `hostResumed`.
-    var asleep = false
 
     /// `earlier`: the records already in the file (only their battery readings are used).
     public init(earlier: [HistoryRecord] = [], batteryLimit: BatteryLimit = BatteryLimit()) {
@@ -47,7 +46,8 @@ public struct HistoryRecorder: Sendable {
         }
     }
 
-    public mutating func handle(_ input: Observation, now: Moment) -> [HistoryRecord] {
+    /// `facts`: the machine's (whether the host is asleep), read as `WearableFacts` says.
+    public mutating func handle(_ input: Observation, now: Moment, facts: some WearableFacts) -> [HistoryRecord] {
         let t = now.unixTime
         switch input {
         case .pairdStarted:
@@ -88,9 +88,8 @@ public struct HistoryRecorder: Sendable {
             return [HistoryRecord(kind: .battery, at: t, device: key, name: devices[a]?.name, level: Int(level))]
         case .report(let r):
             guard let a = r.device else { return [] }
-            return stateChanged(a, r, now)
+            return stateChanged(a, r, now, asleep: facts.hostAsleep)
         case .hostSleeping:
-            asleep = true
             var out: [HistoryRecord] = []
             for a in devices.keys.sorted(by: { $0.description < $1.description }) {
                 guard var d = devices[a], d.condition == .away || d.condition == .down else { continue }
@@ -102,7 +101,6 @@ public struct HistoryRecorder: Sendable {
             }
             return out
         case .hostResumed:
-            asleep = false
             var out: [HistoryRecord] = []
             for a in devices.keys.sorted(by: { $0.description < $1.description }) {
                 guard var d = devices[a], d.condition == .unwanted, d.reason == HistoryRecord.Reason.hostAsleep else { continue }
@@ -123,7 +121,7 @@ public struct HistoryRecorder: Sendable {
         }
     }
 
-    mutating func stateChanged(_ a: DeviceAddress, _ r: Report, _ now: Moment) -> [HistoryRecord] {
+    mutating func stateChanged(_ a: DeviceAddress, _ r: Report, _ now: Moment, asleep: Bool) -> [HistoryRecord] {
         var d = devices[a] ?? Device(name: r.name)
         if !r.name.isEmpty { d.name = r.name }
         defer { if r.to == .unpaired { devices[a] = nil } else { devices[a] = d } }

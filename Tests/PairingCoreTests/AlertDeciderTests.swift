@@ -13,6 +13,7 @@ struct AlertDeciderTests {
     struct Facts: WearableFacts {
         var battery: [DeviceAddress: UInt8] = [:]
         var lastData: [DeviceAddress: Moment] = [:]
+        var hostAsleep = false
         func battery(of a: DeviceAddress) -> UInt8? { battery[a] }
         func lastData(of a: DeviceAddress) -> Moment? { lastData[a] }
     }
@@ -27,6 +28,10 @@ struct AlertDeciderTests {
         mutating func send(_ i: Observation) {
             if case .battery(let a, let level) = i { facts.battery[a] = level }
             alerts += decider.handle(i, now: now, facts: facts)
+            // The machine's host is asleep from its handling of the sleep to that of the resume,
+            // each after the observers were told (`Observation.before`).
+            if i == .hostSleeping { facts.hostAsleep = true }
+            if i == .hostResumed { facts.hostAsleep = false }
         }
         mutating func at(_ seconds: Double, _ i: Observation) { now = .at(seconds); send(i) }
         /// Runs time to `seconds` with the wearables' last data at `lastData`, ticking at each
@@ -112,6 +117,27 @@ struct AlertDeciderTests {
         #expect(f.alerts.isEmpty)
         f.run(to: 5600)
         #expect(f.alerts == [Alert(kind: .awayTooLong, device: watch, name: "Watch", reason: "host-asleep", duration: .seconds(600))])
+    }
+
+    /// What the decider reads of the sleep is the machine's (`WearableFacts.hostAsleep`), not a
+    /// copy of its own: a ring that drops during the sleep, and a watch that connects during it.
+    @Test("asleep, as the machine says: a drop during the sleep starts no absence and a link made during it no silence, until the resume")
+    func reportsDuringSleep() {
+        var f = Feed()                                                  // away 10 min, no data 5 min
+        f.send(.report(Report(kind: .connected, device: ring, name: "Ring", from: .state(.connecting), to: .state(.connected))))
+        f.at(10, .hostSleeping)
+        f.at(20, .report(Report(kind: .linkLost, device: ring, name: "Ring", from: .state(.connected), to: .state(.waitingForDevice), reason: .linkLoss(nil))))
+        f.at(30, report(watch, .reconnected, .waitingForDevice, .connected))
+        f.run(to: 5000)                                                     // asleep (suspended) for long
+        #expect(f.alerts.isEmpty)
+        f.at(5000, .hostResumed)
+        f.run(to: 5299)
+        #expect(f.alerts.isEmpty)
+        f.run(to: 5600)
+        #expect(f.alerts == [
+            Alert(kind: .noData, device: watch, name: "Watch", duration: .seconds(300)),
+            Alert(kind: .awayTooLong, device: ring, name: "Ring", reason: "host-asleep", duration: .seconds(600)),
+        ])
     }
 
     @Test("no data: once per silence while connected, measured from the later of the connection and the last data")

@@ -108,3 +108,11 @@ func watchReport(_ kind: Report.Kind, _ from: DeviceState.Kind, _ to: DeviceStat
                  reason: ReportReason? = nil, attempt: Int? = nil) -> Action {
     .report(Report(kind: kind, device: Harness.watch, name: "Watch", from: .state(from), to: .state(to), reason: reason, attempt: attempt))
 }
+
+/// The machine's facts for an observer fed without a machine: an awake host, and no battery
+/// level or data known for any wearable.
+struct AwakeHost: WearableFacts {
+    func battery(of a: DeviceAddress) -> UInt8? { nil }
+    func lastData(of a: DeviceAddress) -> Moment? { nil }
+    var hostAsleep: Bool { false }
+}

@@ -18,14 +18,14 @@ struct HistoryGuardsTests {
         var rec = HistoryRecorder()
         var made: [HistoryRecord] = []
         for i in 0..<(20 * 120) {
-            made += rec.handle(.battery(watch, level: i % 2 == 0 ? 49 : 50), now: .at(Double(i) / 20))
+            made += rec.handle(.battery(watch, level: i % 2 == 0 ? 49 : 50), now: .at(Double(i) / 20), facts: AwakeHost())
         }
         #expect(made.map(\.level) == [49])
-        #expect(rec.handle(.battery(watch, level: 44), now: .at(300)).isEmpty, "5 % down, but within 10 min of the last record")
-        #expect(rec.handle(.battery(watch, level: 46), now: .at(601)).isEmpty, "10 min on, but only 3 % from 49")
-        #expect(rec.handle(.battery(watch, level: 44), now: .at(602)).map(\.level) == [44])
+        #expect(rec.handle(.battery(watch, level: 44), now: .at(300), facts: AwakeHost()).isEmpty, "5 % down, but within 10 min of the last record")
+        #expect(rec.handle(.battery(watch, level: 46), now: .at(601), facts: AwakeHost()).isEmpty, "10 min on, but only 3 % from 49")
+        #expect(rec.handle(.battery(watch, level: 44), now: .at(602), facts: AwakeHost()).map(\.level) == [44])
         let other = DeviceAddress("00:AA:01:01:00:02")!
-        #expect(rec.handle(.battery(other, level: 80), now: .at(603)).map(\.level) == [80], "per wearable: another's first reading is recorded")
+        #expect(rec.handle(.battery(other, level: 80), now: .at(603), facts: AwakeHost()).map(\.level) == [80], "per wearable: another's first reading is recorded")
     }
 
     @Test("connectivity records are never coalesced: a flapping link's every drop and reconnect is recorded amid a battery flood")

@@ -20,11 +20,11 @@ struct HistoryRecorderTests {
         var records: [HistoryRecord] = []
 
         mutating func send(_ e: Event) {
-            if let i = Observation.before(e) { records += recorder.handle(i, now: h.now) }
-            for a in h.send(e) { if let i = Observation.after(a) { records += recorder.handle(i, now: h.now) } }
+            if let i = Observation.before(e) { records += recorder.handle(i, now: h.now, facts: h.machine) }
+            for a in h.send(e) { if let i = Observation.after(a) { records += recorder.handle(i, now: h.now, facts: h.machine) } }
         }
 
-        mutating func input(_ i: Observation) { records += recorder.handle(i, now: h.now) }
+        mutating func input(_ i: Observation) { records += recorder.handle(i, now: h.now, facts: h.machine) }
 
         mutating func linkComesUp(_ a: DeviceAddress) {
             send(.linkUp(a)); send(.servicesResolved(a)); send(.setUpLinkFinished(a, failure: nil))
@@ -147,11 +147,11 @@ struct HistoryRecorderTests {
     func battery() {
         var rec = HistoryRecorder(batteryLimit: .init(step: 1, interval: .zero))
         let a = watch
-        #expect(rec.handle(.battery(a, level: 80), now: .at(1)).map(\.level) == [80])
-        #expect(rec.handle(.battery(a, level: 80), now: .at(2)).isEmpty)
-        #expect(rec.handle(.battery(a, level: 79), now: .at(3)).map(\.level) == [79])
+        #expect(rec.handle(.battery(a, level: 80), now: .at(1), facts: AwakeHost()).map(\.level) == [80])
+        #expect(rec.handle(.battery(a, level: 80), now: .at(2), facts: AwakeHost()).isEmpty)
+        #expect(rec.handle(.battery(a, level: 79), now: .at(3), facts: AwakeHost()).map(\.level) == [79])
         var again = HistoryRecorder(earlier: [HistoryRecord(kind: .battery, at: 0, device: a.description, level: 79)])
-        #expect(again.handle(.battery(a, level: 79), now: .at(4)).isEmpty)
+        #expect(again.handle(.battery(a, level: 79), now: .at(4), facts: AwakeHost()).isEmpty)
     }
 
     @Test("unpair: the interval ends as unwanted (unpaired) and the device is forgotten")

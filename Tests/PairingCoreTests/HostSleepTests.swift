@@ -136,10 +136,10 @@ struct HostSleepTests {
         var recorder = HistoryRecorder()
         var records: [HistoryRecord] = []
         func send(_ e: Event) {
-            if let i = Observation.before(e) { records += recorder.handle(i, now: h.now) }
-            for a in h.send(e) { if let i = Observation.after(a) { records += recorder.handle(i, now: h.now) } }
+            if let i = Observation.before(e) { records += recorder.handle(i, now: h.now, facts: h.machine) }
+            for a in h.send(e) { if let i = Observation.after(a) { records += recorder.handle(i, now: h.now, facts: h.machine) } }
         }
-        _ = recorder.handle(.pairdStarted, now: h.now)
+        _ = recorder.handle(.pairdStarted, now: h.now, facts: h.machine)
         send(.linkDown(ring, linkLoss))
         h.advance(.seconds(5))
         send(.hostSleeping)
@@ -168,12 +168,12 @@ struct HostSleepTests {
         var records: [HistoryRecord] = [], all: [HistoryRecord] = []
         func send(_ e: Event) {
             var out: [HistoryRecord] = []
-            if let i = Observation.before(e) { out += recorder.handle(i, now: h.now) }
-            for a in h.send(e) { if let i = Observation.after(a) { out += recorder.handle(i, now: h.now) } }
+            if let i = Observation.before(e) { out += recorder.handle(i, now: h.now, facts: h.machine) }
+            for a in h.send(e) { if let i = Observation.after(a) { out += recorder.handle(i, now: h.now, facts: h.machine) } }
             records += out
             all += out
         }
-        all += recorder.handle(.pairdStarted, now: h.now)
+        all += recorder.handle(.pairdStarted, now: h.now, facts: h.machine)
         send(.adapterReady([watch: BlueZDeviceView(connected: true, servicesResolved: true), ring: BlueZDeviceView()]))
         send(.setUpLinkFinished(watch, failure: nil))
         #expect(h.state(watch)?.isConnected == true)
