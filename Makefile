@@ -64,7 +64,7 @@ E2E_KERNELS     ?= 6.1
 ## paird_factory_reset: a reset wearable on 6.1 kills bluetoothd on each link (issue 49); its systemd-mode
 ## and two-wearable forms (E2E_KERNEL_MORE) run in make e2e and e2e-all, not in CI (time).
 ## paird_sleep on 6.1 (E2E_KERNEL_MORE, make e2e): 6.1 oopses in its sleeps and power cycle, and in 1 of 3
-## runs paird's metrics and record then disagreed on a drop's reason (docs/development.md); not in CI.
+## runs paird's metrics and record then disagreed on a drop's reason (fixed since, docs/development.md); not in CI.
 E2E_KERNEL_CORE ?= paird_pair paird_away paird_restart paird_bluetoothd paird_bluetoothd_crash paird_factory_reset
 E2E_KERNEL_MORE ?= paird_factory_reset_systemd paird_factory_reset_two paird_sleep
 E2E_KERNEL_RUNS  = $(foreach k,$(E2E_KERNELS),$(addprefix linux-$(k):,$(E2E_KERNEL_CORE)))

@@ -127,7 +127,11 @@ public final class WearableMetrics {
             guard let a = r.device else { continue }
             switch r.kind {
             case .up, .down, .change:
-                if r.kind != .change { settle(a) } // a change continues the drop
+                // A change with the held-back drop's reason continues that drop (a link loss found
+                // to be its adapter's: away, then down); one with another reason (the host's sleep,
+                // a resume) ends what may change of it, as for the record's reading of it
+                // (`HistoryAnalysis`: a later reason line no longer moves that drop).
+                if r.kind != .change || pendingDrops[a].map({ $0 != r.reason }) == true { settle(a) }
                 if r.reason == HistoryRecord.Reason.unpaired {
                     if values[a] != nil { remove(a); changed = true }
                     continue

@@ -125,6 +125,52 @@ struct MetricsTests {
         #expect(drops("adapter-gone") == 1 && drops("bluetoothd-gone") == 2)
     }
 
+    /// The metrics and the record's reading (`HistoryAnalysis`, what `pairctl history` says) take
+    /// the same lines: they must count the same drops under the same reasons. The second sequence
+    /// is paird_sleep's on Debian 12's 6.1 (docs/development.md): a link loss, the host's sleep and
+    /// resume, then an Oops taking bluetoothd within the cause window of the resume.
+    @Test("drops by reason: the metrics and the record's reading agree, a sleep and a bluetoothd crash after the resume included")
+    func dropsAgreeWithTheRecord() {
+        func rec(_ kind: HistoryRecord.Kind, _ at: Double, _ condition: HistoryRecord.Condition? = nil, _ reason: String? = nil) -> HistoryRecord {
+            HistoryRecord(kind: kind, at: Self.t0 + at, device: Self.d, name: "Watch", condition: condition, reason: reason)
+        }
+        typealias R = HistoryRecord.Reason
+        enum Then { case settle, crashed, stopped }
+        let sequences: [[(HistoryRecord?, Then?)]] = [
+            // A link loss found to be bluetoothd's stop.
+            [(rec(.up, 0), nil), (rec(.down, 10, .away, R.linkLoss), nil), (rec(.reason, 13, nil, R.adapterGone), nil),
+             (rec(.change, 13, .down, R.adapterGone), nil), (rec(.reason, 13.5, nil, R.bluetoothdGone), nil), (nil, .settle),
+             (nil, .stopped), (rec(.up, 40), nil)],
+            // The 6.1 sleep: the drop stays the link loss it was when the sleep took it.
+            [(rec(.up, 0), nil), (rec(.down, 1, .away, R.linkLoss), nil), (rec(.change, 3, .unwanted, R.hostAsleep), nil),
+             (rec(.change, 100, .away, R.linkLoss), nil), (rec(.reason, 102, nil, R.adapterGone), nil),
+             (rec(.change, 102, .down, R.adapterGone), nil), (rec(.reason, 103, nil, R.bluetoothdGone), nil),
+             (rec(.reason, 104, nil, R.bluetoothdCrash), nil), (nil, .crashed), (nil, .settle), (rec(.up, 120), nil)],
+            // A crash with the link up: bluetoothd's, at its verdict.
+            [(rec(.up, 0), nil), (rec(.down, 5, .down, R.bluetoothdGone), nil), (rec(.reason, 6, nil, R.bluetoothdCrash), nil),
+             (nil, .crashed), (rec(.up, 30), nil)],
+        ]
+        for (n, sequence) in sequences.enumerated() {
+            let m = WearableMetrics()
+            var records: [HistoryRecord] = []
+            for (r, then) in sequence {
+                if let r { m.take([r]); records.append(r) }
+                switch then {
+                case .settle?: m.settleLinkLosses()
+                case .crashed?: m.bluetoothdVerdict(crashed: true)
+                case .stopped?: m.bluetoothdVerdict(crashed: false)
+                case nil: break
+                }
+            }
+            let counted = samples(m.render()).filter { $0.key.hasPrefix("paird_wearable_drops_total{") && $0.value > 0 }
+                .reduce(into: [String: Int]()) { out, s in
+                    out[String(s.key.split(separator: "reason=\"").last!.dropLast(2))] = Int(s.value)
+                }
+            let read = HistoryAnalysis.analyse(records, device: Self.d, since: Self.t0, until: Self.t0 + 200).dropsByReason
+            #expect(counted == read, "sequence \(n): metrics \(counted), the record's reading \(read)")
+        }
+    }
+
     @Test("unpaired: its series go; renamed or a new address: new series with the counters carried over")
     func unpairRenameMove() {
         let m = WearableMetrics()
