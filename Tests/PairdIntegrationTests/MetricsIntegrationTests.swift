@@ -137,9 +137,8 @@ struct MetricsIntegrationTests {
         }
         #expect(connected.contains(#""name":"Watch""#), "\(connected)")
         #expect(connected.contains(#""1"]"#), "connected: \(connected)")
-        // The link loss is counted once DisconnectClassifier.causeWindow (10 s) after it is over,
-        // then written and scraped: Prometheus may well answer `connected` before (a single
-        // query here failed whenever Prometheus started within those 10 s).
+        // Waited for like `connected`: each answer is a scrape of its own, and the drop (counted
+        // at the reconnect above, `WearableMetrics.settle`) need not be in the first one read.
         var drops = ""
         try waitFor("Prometheus answering the link-loss drop", deadline: 30) {
             drops = query("sum by (reason) (paird_wearable_drops_total) > 0")
