@@ -14,7 +14,7 @@ Each `step` prints "✓ <what> (1.23 s)" or "✗ <what> (1.23 s): <error>".
 
 Scenarios import this module only; it gathers the bed's parts, by concern, beside it:
   bedlib_core        paths and environment, D-Bus names and UUIDs, errors, log/trace, the main
-                     loop and waits (wait_for, bed_sleep, call), at_exit, check, sh, kernel_bug,
+                     loop and waits (wait_for, bed_sleep, call), at_exit, check, sh, kernel_bug(s),
                      Terminal
   bedlib_scenario    step, @scenario, skip, expects_kernel_bug (the run's own state lives here)
   bedlib_wearable    Wearable: the Bumble wearable or the BlueZ twin, and their control socket

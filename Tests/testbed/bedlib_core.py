@@ -1,6 +1,6 @@
 """bedlib_core: the bed's ground floor (part of bedlib; scenarios import bedlib, not this):
 paths and environment, D-Bus names and UUIDs, errors, logging and phase marks, the main loop and
-waiting (wait_for, bed_sleep, call), at_exit, check, sh, kernel_bug and the Terminal."""
+waiting (wait_for, bed_sleep, call), at_exit, check, sh, kernel_bug(s) and the Terminal."""
 import contextlib
 import os
 import re
@@ -144,13 +144,19 @@ def sh(cmd, timeout=30, check=True):
     return r.stdout
 
 
-def kernel_bug():
-    """The kernel's dmesg line if it hit a BUG / list corruption (see README: Known problems)."""
+def kernel_bugs():
+    """Every dmesg line of the kernel's BUGs / list corruptions so far, oldest first (one BUG
+    gives one line or more): a step asks whether a BUG is new in it by the count, not by whether
+    there was one (a run on 6.1 may have oopsed in an earlier step already)."""
     out = subprocess.run(["dmesg"], capture_output=True, text=True).stdout
-    for line in out.splitlines():
-        if "list_del corruption" in line or "kernel BUG" in line or "Oops" in line:
-            return line.strip()
-    return None
+    return [line.strip() for line in out.splitlines()
+            if "list_del corruption" in line or "kernel BUG" in line or "Oops" in line]
+
+
+def kernel_bug():
+    """The kernel's first dmesg line if it hit a BUG / list corruption (see README: Known problems)."""
+    bugs = kernel_bugs()
+    return bugs[0] if bugs else None
 
 
 class Terminal:
