@@ -22,7 +22,7 @@ public struct MQTTSettings: Sendable, Equatable {
     public var clientId = ""
     /// Empty: `paird/<hostname>`.
     public var topicPrefix = ""
-    /// Home Assistant's discovery prefix; empty: no discovery (not published yet: issue 45).
+    /// Home Assistant's discovery prefix; empty: no discovery configs published.
     public var discovery = "homeassistant"
     public var retain = true
     public var enabled: Bool { !host.isEmpty }

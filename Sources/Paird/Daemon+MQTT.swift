@@ -12,7 +12,10 @@ extension Daemon {
             let password = s.passwordFile.isEmpty ? nil : try s.readPassword()
             let client = try MQTTClient(settings: s, password: password, loop: loop, log: log)
             client.onConnect = { [unowned self] in
-                for a in machine.devices.keys.sorted(by: { $0.description < $1.description }) { publishWearable(a) }
+                for a in machine.devices.keys.sorted(by: { $0.description < $1.description }) {
+                    publishDiscovery(a)
+                    publishWearable(a)
+                }
             }
             mqtt = client
             log.info("mqtt: broker \(s.host):\(s.port), client id \(s.clientId), topics under \(s.topicPrefix)/")
@@ -29,11 +32,14 @@ extension Daemon {
         case .report(let r):
             guard let a = r.device, r.to != nil || r.kind == .unpaired else { return }
             mqttReasons[a] = r.reasonToken
+            if r.kind == .paired || r.kind == .unpaired { publishDiscovery(a) }
             publishWearable(a)
         case .battery(let a, _):
             if let level = machine.battery(of: a) { mqtt.publish("\(a)/battery", "\(level)") }
         case .addressChanged(let old, let new):
             mqttReasons[new] = mqttReasons.removeValue(forKey: old) ?? nil
+            publishDiscovery(old, removed: true)
+            publishDiscovery(new)
             publishWearable(new)
         case .pairdStarted, .pairdStopping, .alive, .bluetoothdLeft, .adapterReady, .hostSleeping, .hostResumed,
              .bluetoothdCrashed, .tick:
@@ -57,6 +63,37 @@ extension Daemon {
         mqtt.publish("\(a)/state", Self.stateJSON(kind.token, reason: reason))
         mqtt.publish("\(a)/available", kind == .connected ? "online" : "offline")
         if let level = machine.battery(of: a) { mqtt.publish("\(a)/battery", "\(level)") }
+    }
+
+    /// Home Assistant's discovery configs of `a` (`[MQTT] Discovery`; empty: none), retained:
+    /// one device per wearable with a connectivity binary sensor, a battery sensor and a state
+    /// sensor, each available while paird's `status` is `online`. An unpaired wearable's (or
+    /// `removed`): empty retained messages, which remove them from Home Assistant.
+    func publishDiscovery(_ a: DeviceAddress, removed: Bool = false) {
+        guard let mqtt, !mqtt.settings.discovery.isEmpty else { return }
+        let id = "paird_" + String(a.description.filter { $0 != ":" }).lowercased()
+        func topic(_ component: String, _ object: String) -> String {
+            "\(mqtt.settings.discovery)/\(component)/\(id)/\(object)/config"
+        }
+        let entities = [("binary_sensor", "connectivity"), ("sensor", "battery"), ("sensor", "state")]
+        guard !removed, let d = machine.devices[a] else {
+            for (c, o) in entities { mqtt.publish(topic: topic(c, o), "", retain: true) }
+            return
+        }
+        let state = "\(mqtt.settings.topicPrefix)/\(a)"
+        let name = d.identity.name.isEmpty ? a.description : d.identity.name
+        let common = "\"availability_topic\":\(Self.jsonString(mqtt.statusTopic)),\"payload_available\":\"online\",\"payload_not_available\":\"offline\","
+            + "\"device\":{\"identifiers\":[\(Self.jsonString(id))],\"name\":\(Self.jsonString(name)),\"connections\":[[\"bluetooth\",\(Self.jsonString(a.description))]],\"manufacturer\":\"paird\"}"
+        let states = DeviceState.Kind.allCases.map { Self.jsonString($0.token) }.joined(separator: ",")
+        mqtt.publish(topic: topic("binary_sensor", "connectivity"),
+                     "{\"name\":\"Connected\",\"unique_id\":\"\(id)_connectivity\",\"device_class\":\"connectivity\",\"state_topic\":\(Self.jsonString(state + "/available")),"
+                     + "\"payload_on\":\"online\",\"payload_off\":\"offline\",\(common)}", retain: true)
+        mqtt.publish(topic: topic("sensor", "battery"),
+                     "{\"name\":\"Battery\",\"unique_id\":\"\(id)_battery\",\"device_class\":\"battery\",\"unit_of_measurement\":\"%\",\"state_class\":\"measurement\","
+                     + "\"state_topic\":\(Self.jsonString(state + "/battery")),\(common)}", retain: true)
+        mqtt.publish(topic: topic("sensor", "state"),
+                     "{\"name\":\"State\",\"unique_id\":\"\(id)_state\",\"device_class\":\"enum\",\"options\":[\(states),\"unpaired\"],"
+                     + "\"state_topic\":\(Self.jsonString(state + "/state")),\"value_template\":\"{{ value_json.state }}\",\(common)}", retain: true)
     }
 
     /// `{"state":"waitingForDevice","reason":"link-loss"}`; `"reason":null` without one.

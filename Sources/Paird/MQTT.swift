@@ -89,10 +89,16 @@ final class MQTTClient {
     /// `retain` is false). Dropped while the broker is away: what is retained is sent again on
     /// connect.
     func publish(_ suffix: String, _ payload: String, retain: Bool = true) {
+        publish(topic: "\(settings.topicPrefix)/\(suffix)", payload, retain: retain && settings.retain)
+    }
+
+    /// Publishes on `topic` as it is (Home Assistant's discovery configs: retained whatever
+    /// `Retain` says, as Home Assistant needs them to be).
+    func publish(topic: String, _ payload: String, retain: Bool) {
         guard connected, !stopped else { return }
         let bytes = Array(payload.utf8)
-        let rc = pmq_publish(client, nil, "\(settings.topicPrefix)/\(suffix)", Int32(bytes.count), bytes, 0, retain && settings.retain)
-        if rc != PMQ_ERR_SUCCESS, rc != PMQ_ERR_NO_CONN { log.warning("mqtt: could not publish \(suffix): \(describe(rc))") }
+        let rc = pmq_publish(client, nil, topic, Int32(bytes.count), bytes, 0, retain)
+        if rc != PMQ_ERR_SUCCESS, rc != PMQ_ERR_NO_CONN { log.warning("mqtt: could not publish \(topic): \(describe(rc))") }
         sync()
     }
 

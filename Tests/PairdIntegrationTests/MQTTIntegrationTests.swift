@@ -31,12 +31,12 @@ struct MQTTIntegrationTests {
         let running: MockedHost.Running
         init(_ host: MockedHost, port: Int, name: String = "sub") throws {
             path = host.dir.appendingPathComponent("\(name).txt").path
-            running = host.start("/bin/sh", ["-c", "exec /usr/bin/mosquitto_sub -h 127.0.0.1 -p \(port) -v -t 'paird/#' > '\(path)' 2>&1"], timeout: 300)
+            running = host.start("/bin/sh", ["-c", "exec /usr/bin/mosquitto_sub -h 127.0.0.1 -p \(port) -v -t 'paird/#' -t 'homeassistant/#' > '\(path)' 2>&1"], timeout: 300)
         }
         var lines: [String] { ((try? String(contentsOfFile: path, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init) }
         /// The payloads of `topic`, in order.
         func payloads(_ topic: String) -> [String] {
-            lines.compactMap { $0.hasPrefix(topic + " ") ? String($0.dropFirst(topic.count + 1)) : nil }
+            lines.compactMap { $0 == topic || $0 == topic + " (null)" ? "" : $0.hasPrefix(topic + " ") ? String($0.dropFirst(topic.count + 1)) : nil }
         }
         func stop() { kill(running.process.processIdentifier, SIGKILL) }
         /// `waitFor`, its failure showing what was received.
@@ -68,6 +68,20 @@ struct MQTTIntegrationTests {
         let t = "paird/test/\(watch)"
         try sub.wait("state connected", deadline: 10) { sub.payloads("\(t)/state").last?.hasPrefix(#"{"state":"connected","#) == true }
         try sub.wait("available online", deadline: 5) { sub.payloads("\(t)/available").last == "online" }
+
+        // Home Assistant's discovery: one device, its connectivity tied to the wearable's
+        // `available` and paird's `status`.
+        let ha = "homeassistant/binary_sensor/paird_00aa01010001/connectivity/config"
+        try sub.wait("the connectivity config", deadline: 5) { !(sub.payloads(ha).last ?? "").isEmpty }
+        let config = try #require(try JSONSerialization.jsonObject(with: Data(sub.payloads(ha).last!.utf8)) as? [String: Any])
+        #expect(config["state_topic"] as? String == "\(t)/available")
+        #expect(config["availability_topic"] as? String == "paird/test/status")
+        #expect(config["device_class"] as? String == "connectivity")
+        #expect((config["device"] as? [String: Any])?["name"] as? String == "Watch")
+        for entity in ["sensor/paird_00aa01010001/battery", "sensor/paird_00aa01010001/state"] {
+            let c = sub.payloads("homeassistant/\(entity)/config").last ?? ""
+            #expect((try? JSONSerialization.jsonObject(with: Data(c.utf8))) is [String: Any], "\(entity): \(c)")
+        }
 
         try host.setDevice(watch, "'Connected': False, 'ServicesResolved': False") // link loss
         try sub.wait("state waitingForDevice, reason link-loss", deadline: 10) {
@@ -111,6 +125,13 @@ struct MQTTIntegrationTests {
         #expect(log.components(separatedBy: "unreachable").count == 2, "said once, not per attempt: \(log)")
         #expect(log.contains("mqtt: connected to 127.0.0.1:\(port)"))
         #expect(host.pairctl("status").status == 0)
+
+        // Unpaired: its discovery configs removed (empty retained messages), its state unpaired.
+        try host.must(host.pairctl("unpair", watch), "pairctl unpair")
+        try sub.wait("the discovery config removed", deadline: 10) {
+            sub.payloads("homeassistant/binary_sensor/paird_00aa01010001/connectivity/config").last == ""
+                && sub.payloads("paird/test/\(watch)/state").last?.hasPrefix(#"{"state":"unpaired""#) == true
+        }
 
         try host.stopPaird()   // SIGTERM: paird says offline itself
         try sub.wait("offline when paird stops", deadline: 5) { sub.payloads("paird/test/status").last == "offline" }
