@@ -137,6 +137,37 @@ struct MQTTIntegrationTests {
         try sub.wait("offline when paird stops", deadline: 5) { sub.payloads("paird/test/status").last == "offline" }
     }
 
+    @Test("the broker restarted (nothing retained): paird says the loss once, reconnects and sends status and the wearable's state again; the wearable is untouched")
+    func brokerRestarted() throws {
+        let host = try MockedHost()
+        let port = MetricsIntegrationTests.freePort()
+        var broker = try Self.startBroker(host, port: port)
+        try config(host, port: port)
+        try host.startPaird()
+        try host.pairWatchOK()
+        try waitFor("connected", deadline: 10) { host.state() == "connected" }
+        try waitFor("mqtt connected", deadline: 10) { host.log().contains("mqtt: connected to") }
+        let disconnects = host.calls("Disconnect"), connects = host.calls("Connect")
+
+        kill(broker.process.processIdentifier, SIGKILL)
+        broker.process.waitUntilExit()
+        try waitFor("the loss said", deadline: 10) { host.log().contains("mqtt: lost the broker") }
+        broker = try Self.startBroker(host, port: port)   // a new broker: no retained message
+        defer { kill(broker.process.processIdentifier, SIGKILL) }
+        let sub = try Subscriber(host, port: port)
+        defer { sub.stop() }
+        try sub.wait("status online and the state sent again", deadline: 20) {
+            sub.payloads("paird/test/status").last == "online"
+                && sub.payloads("paird/test/\(watch)/state").last?.hasPrefix(#"{"state":"connected","#) == true
+                && sub.payloads("paird/test/\(watch)/available").last == "online"
+        }
+        #expect(host.state() == "connected")
+        #expect(host.calls("Disconnect") == disconnects && host.calls("Connect") == connects, "the wearable's link untouched")
+        let log = host.log()
+        #expect(log.components(separatedBy: "mqtt: lost the broker").count == 2, "said once: \(log)")
+        #expect(log.components(separatedBy: "mqtt: connected to").count == 3, "\(log)")
+    }
+
     @Test("without [MQTT] paird loads no libmosquitto and says nothing of MQTT")
     func offByDefault() throws {
         let host = try MockedHost()
