@@ -4,6 +4,7 @@
 // Layering (bottom to top; a target imports only what is below it):
 //   CDBus, CSystemd   system libraries: shim headers only, no variadic C call ever reaches Swift
 //   CSpawn            one small C file: the dispatcher's fork + execveat of a checked descriptor
+//   CMosquitto        one small C file: libmosquitto dlopen'd when `[MQTT]` is set (no build dependency)
 //   PairingCore       pure Swift: state machine, countdowns as data, classifier, backoff, state model
 //   EventLoop         the one epoll loop: fds, timerfd countdowns, signalfd
 //   DBus              thin safe layer over libdbus-1, driven by EventLoop
@@ -50,13 +51,15 @@ let package = Package(
         .target(name: "PairingCore"),
         // The dispatcher's fork + execveat of a checked descriptor (posix_spawn cannot run an fd).
         .target(name: "CSpawn"),
+        // libmosquitto, dlopen'd only when `[MQTT]` is set: paird builds and runs without it.
+        .target(name: "CMosquitto"),
         .target(name: "CBuildInfo", cSettings: buildInfoDefines),
         .target(name: "BuildInfo", dependencies: ["CBuildInfo", "PairingCore"]),
         .target(name: "EventLoop"),
         .target(name: "DBus", dependencies: ["CDBus", "EventLoop"]),
         .target(name: "BlueZ", dependencies: ["DBus", "EventLoop", "PairingCore"]),
         .target(name: "Paird", dependencies: [
-            "PairingCore", "EventLoop", "DBus", "BlueZ", "CSystemd", "CSpawn", "BuildInfo", .product(name: "Prometheus", package: "swift-prometheus"),
+            "PairingCore", "EventLoop", "DBus", "BlueZ", "CSystemd", "CSpawn", "CMosquitto", "BuildInfo", .product(name: "Prometheus", package: "swift-prometheus"),
         ]),
         .executableTarget(name: "paird", dependencies: [
             "Paird", "PairingCore", "BuildInfo", .product(name: "ArgumentParser", package: "swift-argument-parser"),

@@ -10,6 +10,8 @@ PKGS=(
   valgrind                                  # the D-Bus layer's leak check
   systemd                                   # systemd-analyze for the unit's security score
   dpkg-dev debhelper lintian binutils        # `make deb`: dpkg-buildpackage, dh, lintian, strip
+  libmosquitto1 mosquitto-clients           # [MQTT]: the library paird dlopens; mosquitto_sub for the tests
+  libcjson1 libdlt2 libwrap0 libcap2        # the libraries the unpacked mosquitto broker (below) links
 )
 SUDO=; [[ $(id -u) == 0 ]] || SUDO=sudo
 export DEBIAN_FRONTEND=noninteractive
@@ -37,6 +39,26 @@ for t in promtool prometheus prometheus-node-exporter; do
     exit 1
   fi
 done
+
+# mosquitto, the broker of the MQTT tests (Tests/PairdIntegrationTests/MQTTIntegrationTests.swift):
+# Debian's package downloaded and unpacked into .build/mosquitto, not installed (installing it would
+# start a broker as a service on port 1883 of this host). The tests start their own on a free port.
+MQ_DIR="$(cd "$(dirname "$0")/.." && pwd)/.build/mosquitto"
+if [[ ! -x $MQ_DIR/usr/sbin/mosquitto ]]; then
+  echo "install-build-deps: unpacking Debian's mosquitto into $MQ_DIR"
+  tmp=$(mktemp -d)
+  if ! (cd "$tmp" && apt-get download mosquitto 2>/dev/null); then
+    $SUDO apt-get update -q
+    (cd "$tmp" && apt-get download mosquitto 2>/dev/null)
+  fi
+  mkdir -p "$MQ_DIR"
+  for d in "$tmp"/*.deb; do dpkg-deb -x "$d" "$MQ_DIR"; done
+  rm -rf "$tmp"
+fi
+if [[ ! -x $MQ_DIR/usr/sbin/mosquitto ]]; then
+  echo "install-build-deps: $MQ_DIR/usr/sbin/mosquitto is missing after unpacking Debian's mosquitto" >&2
+  exit 1
+fi
 
 missing=()
 for p in "${PKGS[@]}"; do

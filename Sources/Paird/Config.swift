@@ -40,6 +40,10 @@ public struct DaemonConfig: Sendable, Equatable {
     public var metricsTextfileGroup = ""
     /// `[Alerts]`: the host's own alerts and their dispatcher (Config+Alerts.swift).
     public var alerts = AlertSettings()
+    /// `[MQTT]`: states and batteries published to a broker (Config+MQTT.swift); off by default.
+    public var mqtt = MQTTSettings()
+    /// The lines of `[MQTT] Broker` and `PasswordFile`, for what `check` finds on the host.
+    var mqttLines = MQTTSettings.Lines()
 
     public init() {
         machine.firstDataTimeout = firstDataTimeout
@@ -177,6 +181,9 @@ public struct DaemonConfig: Sendable, Equatable {
                 c.metricsTextfile = value
             case ("Metrics", "Interval"): c.metricsInterval = try seconds(1...3600)
             case ("Metrics", "TextfileMode"), ("Metrics", "TextfileGroup"): try c.parseTextfileKey(key, value, fail: fail)
+            case ("MQTT", _):
+                try c.parseMQTTKey(key, value, fail: fail)
+                if key == "Broker" { c.mqttLines.broker = lineNo } else if key == "PasswordFile" { c.mqttLines.passwordFile = lineNo }
             case ("Alerts", _):
                 try c.parseAlertKey(key, value, fail: fail)
                 if key == "BatteryLow" || key == "BatteryHysteresis" { batteryLine = lineNo }
@@ -212,6 +219,7 @@ public struct DaemonConfig: Sendable, Equatable {
         "Sleep": ["ResumeDeadlineFloor", "ResumeDeadlineCeiling", "ResumePowerCycles"],
         "History": ["MaxAgeDays", "MaxRecords", "BatteryStep", "BatteryInterval"],
         "Metrics": ["Textfile", "Interval", "TextfileMode", "TextfileGroup"],
+        "MQTT": ["Broker", "Username", "PasswordFile", "ClientId", "TopicPrefix", "Discovery", "Retain"],
         "Alerts": ["BatteryLow", "BatteryHysteresis", "AwayLongerThan", "NoDataFor", "DispatcherDir", "DispatcherTimeout"],
     ]
 
@@ -252,6 +260,9 @@ public struct DaemonConfig: Sendable, Equatable {
             if stat(dir, &st) != 0 || (st.st_mode & S_IFMT) != S_IFDIR {
                 warnings.append("\(path): [Metrics] Textfile: no directory \(dir) (is prometheus-node-exporter installed?); paird writes no metrics until it exists")
             }
+        }
+        for p in c.mqttHostProblems() {
+            errors.append(Error(file: path, line: p.contains("PasswordFile") ? c.mqttLines.passwordFile : c.mqttLines.broker, problem: p))
         }
         return Checked(fileExists: true, config: c, warnings: warnings, errors: errors)
     }

@@ -72,6 +72,10 @@ public final class Daemon {
     var metrics: MetricsExporter?
     /// The host's own alerts and their dispatcher (`[Alerts]`, Daemon+Alerts.swift).
     var alerting: AlertRuntime?
+    /// The MQTT broker's link (`[MQTT]`, Daemon+MQTT.swift); nil when off (the default).
+    var mqtt: MQTTClient?
+    /// The reason of each wearable's last state change, sent again with its state after a reconnect.
+    var mqttReasons: [DeviceAddress: String?] = [:]
 
     let busAddress: String?
 
@@ -165,6 +169,7 @@ public final class Daemon {
         openHistory()
         openMetrics()
         openAlerts()
+        openMQTT()
 
         bluez = BlueZClient(connection: bus, adapter: config.adapter)
         for (k, selector) in bluez.selectors.enumerated() where BlueZClient.bindsByAddress(selector) {
@@ -207,6 +212,7 @@ public final class Daemon {
         SystemdNotifier.notify("STOPPING=1\nSTATUS=Shutting down")
         record(.pairdStopping, now: now())
         if metrics?.writePending == true { metrics?.writeNow() }
+        mqtt?.stop()
         loop.stop()
     }
 
@@ -247,10 +253,11 @@ public final class Daemon {
     }
 
     /// One observation, to every observer: the record (and the metrics, which read its lines),
-    /// then the alerts.
+    /// then the alerts, then MQTT.
     func observe(_ o: Observation, now: Moment) {
         record(o, now: now)
         alert(o, now: now)
+        publishMQTT(o)
     }
 
     private func process(_ event: Event) {
@@ -270,7 +277,7 @@ public final class Daemon {
             let o = Observation.after(action)
             if let o { record(o, now: now) }   // recorded before it is performed (a persist, a script)
             perform(action, now: now)
-            if let o { alert(o, now: now) }
+            if let o { alert(o, now: now); publishMQTT(o) }   // after it is performed, as the machine now has it
         }
         let status = machine.statusLine(now: now)
         if status != lastStatus {

@@ -1,0 +1,180 @@
+import Foundation
+import Testing
+
+/// `[MQTT]` end to end: a real mosquitto broker on loopback (Debian's, unpacked by
+/// Tests/install-build-deps.sh into .build/mosquitto; started here on a free port, no system
+/// service), the real paird against the mocked BlueZ, and a real subscriber (mosquitto_sub,
+/// package mosquitto-clients) whose lines are read from a file as they come.
+@Suite("MQTT against a real mosquitto broker", .serialized)
+struct MQTTIntegrationTests {
+    let watch = MockedHost.watch
+    static let mosquitto: String = {
+        let unpacked = MetricsIntegrationTests.repo.appendingPathComponent(".build/mosquitto/usr/sbin/mosquitto").path
+        return FileManager.default.isExecutableFile(atPath: unpacked) ? unpacked : "/usr/sbin/mosquitto"
+    }()
+
+    /// A broker on `port` (loopback, anonymous, nothing persisted); killed by the caller.
+    static func startBroker(_ host: MockedHost, port: Int) throws -> MockedHost.Running {
+        let bin = try MetricsIntegrationTests.required(mosquitto)
+        let conf = host.dir.appendingPathComponent("mosquitto.conf")
+        try "listener \(port) 127.0.0.1\nallow_anonymous true\npersistence false\n".write(to: conf, atomically: true, encoding: .utf8)
+        let broker = host.start(bin, ["-c", conf.path], timeout: 300)
+        try waitFor("mosquitto listening on \(port)", deadline: 10) {
+            host.run("/usr/bin/mosquitto_pub", ["-h", "127.0.0.1", "-p", "\(port)", "-t", "probe", "-m", "x"], timeout: 5).status == 0
+        }
+        return broker
+    }
+
+    /// `mosquitto_sub -v -t 'paird/#'` writing to a file: each line `topic payload`.
+    final class Subscriber {
+        let path: String
+        let running: MockedHost.Running
+        init(_ host: MockedHost, port: Int, name: String = "sub") throws {
+            path = host.dir.appendingPathComponent("\(name).txt").path
+            running = host.start("/bin/sh", ["-c", "exec /usr/bin/mosquitto_sub -h 127.0.0.1 -p \(port) -v -t 'paird/#' -t 'homeassistant/#' > '\(path)' 2>&1"], timeout: 300)
+        }
+        var lines: [String] { ((try? String(contentsOfFile: path, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init) }
+        /// The payloads of `topic`, in order.
+        func payloads(_ topic: String) -> [String] {
+            lines.compactMap { $0 == topic || $0 == topic + " (null)" ? "" : $0.hasPrefix(topic + " ") ? String($0.dropFirst(topic.count + 1)) : nil }
+        }
+        func stop() { kill(running.process.processIdentifier, SIGKILL) }
+        /// `waitFor`, its failure showing what was received.
+        func wait(_ what: String, deadline: Double, _ condition: () throws -> Bool) throws {
+            do { try waitFor(what, deadline: deadline, condition) } catch {
+                throw Failure("\(error); received:\n\(lines.joined(separator: "\n"))")
+            }
+        }
+    }
+
+    func config(_ host: MockedHost, port: Int) throws {
+        try "[Health]\nFirstDataTimeout = 0\n[MQTT]\nBroker = mqtt://127.0.0.1:\(port)\nTopicPrefix = paird/test\n"
+            .write(toFile: host.dir.appendingPathComponent("paird.conf").path, atomically: true, encoding: .utf8)
+    }
+
+    @Test("status online, the wearable's state connected then waitingForDevice (link-loss), available; kill -9: offline from the last will")
+    func topicsAndWill() throws {
+        let host = try MockedHost()
+        let port = MetricsIntegrationTests.freePort()
+        let broker = try Self.startBroker(host, port: port)
+        defer { kill(broker.process.processIdentifier, SIGKILL) }
+        let sub = try Subscriber(host, port: port)
+        defer { sub.stop() }
+        try config(host, port: port)
+        try host.startPaird()
+        try sub.wait("status online", deadline: 10) { sub.payloads("paird/test/status").last == "online" }
+
+        try host.pairWatchOK()
+        let t = "paird/test/\(watch)"
+        try sub.wait("state connected", deadline: 10) { sub.payloads("\(t)/state").last?.hasPrefix(#"{"state":"connected","#) == true }
+        try sub.wait("available online", deadline: 5) { sub.payloads("\(t)/available").last == "online" }
+
+        // Home Assistant's discovery: one device, its connectivity tied to the wearable's
+        // `available` and paird's `status`.
+        let ha = "homeassistant/binary_sensor/paird_00aa01010001/connectivity/config"
+        try sub.wait("the connectivity config", deadline: 5) { !(sub.payloads(ha).last ?? "").isEmpty }
+        let config = try #require(try JSONSerialization.jsonObject(with: Data(sub.payloads(ha).last!.utf8)) as? [String: Any])
+        #expect(config["state_topic"] as? String == "\(t)/available")
+        #expect(config["availability_topic"] as? String == "paird/test/status")
+        #expect(config["device_class"] as? String == "connectivity")
+        #expect((config["device"] as? [String: Any])?["name"] as? String == "Watch")
+        for entity in ["sensor/paird_00aa01010001/battery", "sensor/paird_00aa01010001/state"] {
+            let c = sub.payloads("homeassistant/\(entity)/config").last ?? ""
+            #expect((try? JSONSerialization.jsonObject(with: Data(c.utf8))) is [String: Any], "\(entity): \(c)")
+        }
+
+        try host.setDevice(watch, "'Connected': False, 'ServicesResolved': False") // link loss
+        try sub.wait("state waitingForDevice, reason link-loss", deadline: 10) {
+            sub.payloads("\(t)/state").last == #"{"state":"waitingForDevice","reason":"link-loss"}"#
+        }
+        #expect(sub.payloads("\(t)/available").last == "offline")
+
+        // A subscriber that comes later gets what is retained.
+        let late = try Subscriber(host, port: port, name: "late")
+        defer { late.stop() }
+        try waitFor("the retained state and status", deadline: 5) {
+            late.payloads("\(t)/state").last == #"{"state":"waitingForDevice","reason":"link-loss"}"# && late.payloads("paird/test/status").last == "online"
+        }
+
+        let pid = try #require(host.paird?.processIdentifier)
+        kill(pid, SIGKILL)
+        try sub.wait("offline from the broker's last will", deadline: 10) { sub.payloads("paird/test/status").last == "offline" }
+        #expect(!host.log().contains("error"), "\(host.log())")
+    }
+
+    @Test("a broker down at start: paird starts and answers pairctl status, and connects once the broker is up")
+    func brokerDownAtStart() throws {
+        let host = try MockedHost()
+        let port = MetricsIntegrationTests.freePort()
+        try config(host, port: port)
+        try host.startPaird()   // waits for pairctl status to answer
+        try waitFor("the broker said unreachable, once", deadline: 10) { host.log().contains("mqtt: broker 127.0.0.1:\(port) unreachable") }
+        try host.pairWatchOK()
+        try waitFor("connected without the broker", deadline: 10) { host.state() == "connected" }
+
+        let broker = try Self.startBroker(host, port: port)
+        defer { kill(broker.process.processIdentifier, SIGKILL) }
+        let sub = try Subscriber(host, port: port)
+        defer { sub.stop() }
+        // Backoff 1, 2, 4, 8 s…: the next attempt is within 16 s.
+        try sub.wait("status online", deadline: 20) { sub.payloads("paird/test/status").last == "online" }
+        try sub.wait("the wearable's state sent on connect", deadline: 5) {
+            sub.payloads("paird/test/\(watch)/state").last?.hasPrefix(#"{"state":"connected","#) == true
+        }
+        let log = host.log()
+        #expect(log.components(separatedBy: "unreachable").count == 2, "said once, not per attempt: \(log)")
+        #expect(log.contains("mqtt: connected to 127.0.0.1:\(port)"))
+        #expect(host.pairctl("status").status == 0)
+
+        // Unpaired: its discovery configs removed (empty retained messages), its state unpaired.
+        try host.must(host.pairctl("unpair", watch), "pairctl unpair")
+        try sub.wait("the discovery config removed", deadline: 10) {
+            sub.payloads("homeassistant/binary_sensor/paird_00aa01010001/connectivity/config").last == ""
+                && sub.payloads("paird/test/\(watch)/state").last?.hasPrefix(#"{"state":"unpaired""#) == true
+        }
+
+        try host.stopPaird()   // SIGTERM: paird says offline itself
+        try sub.wait("offline when paird stops", deadline: 5) { sub.payloads("paird/test/status").last == "offline" }
+    }
+
+    @Test("the broker restarted (nothing retained): paird says the loss once, reconnects and sends status and the wearable's state again; the wearable is untouched")
+    func brokerRestarted() throws {
+        let host = try MockedHost()
+        let port = MetricsIntegrationTests.freePort()
+        var broker = try Self.startBroker(host, port: port)
+        try config(host, port: port)
+        try host.startPaird()
+        try host.pairWatchOK()
+        try waitFor("connected", deadline: 10) { host.state() == "connected" }
+        try waitFor("mqtt connected", deadline: 10) { host.log().contains("mqtt: connected to") }
+        let disconnects = host.calls("Disconnect"), connects = host.calls("Connect")
+
+        kill(broker.process.processIdentifier, SIGKILL)
+        broker.process.waitUntilExit()
+        try waitFor("the loss said", deadline: 10) { host.log().contains("mqtt: lost the broker") }
+        broker = try Self.startBroker(host, port: port)   // a new broker: no retained message
+        defer { kill(broker.process.processIdentifier, SIGKILL) }
+        let sub = try Subscriber(host, port: port)
+        defer { sub.stop() }
+        try sub.wait("status online and the state sent again", deadline: 20) {
+            sub.payloads("paird/test/status").last == "online"
+                && sub.payloads("paird/test/\(watch)/state").last?.hasPrefix(#"{"state":"connected","#) == true
+                && sub.payloads("paird/test/\(watch)/available").last == "online"
+        }
+        #expect(host.state() == "connected")
+        #expect(host.calls("Disconnect") == disconnects && host.calls("Connect") == connects, "the wearable's link untouched")
+        let log = host.log()
+        #expect(log.components(separatedBy: "mqtt: lost the broker").count == 2, "said once: \(log)")
+        #expect(log.components(separatedBy: "mqtt: connected to").count == 3, "\(log)")
+    }
+
+    @Test("without [MQTT] paird loads no libmosquitto and says nothing of MQTT")
+    func offByDefault() throws {
+        let host = try MockedHost()
+        try host.startPaird()
+        let pid = try #require(host.paird?.processIdentifier)
+        let maps = (try? String(contentsOfFile: "/proc/\(pid)/maps", encoding: .utf8)) ?? ""
+        #expect(!maps.contains("libmosquitto"))
+        #expect(!host.log().contains("mqtt"))
+    }
+}
