@@ -253,9 +253,16 @@ public final class Daemon {
     }
 
     /// One observation, to every observer: the record (and the metrics, which read its lines),
-    /// then the alerts, then MQTT.
+    /// then the subscribers that read the machine (`tell`).
     func observe(_ o: Observation, now: Moment) {
         record(o, now: now)
+        tell(o, now: now)
+    }
+
+    /// The observers told after the record: the alerts, then MQTT. For an action's observation,
+    /// after the action is performed, as the machine then has it (`process`). A new subscriber
+    /// goes here, once.
+    func tell(_ o: Observation, now: Moment) {
         alert(o, now: now)
         publishMQTT(o)
     }
@@ -277,7 +284,7 @@ public final class Daemon {
             let o = Observation.after(action)
             if let o { record(o, now: now) }   // recorded before it is performed (a persist, a script)
             perform(action, now: now)
-            if let o { alert(o, now: now); publishMQTT(o) }   // after it is performed, as the machine now has it
+            if let o { tell(o, now: now) }     // after it is performed, as the machine now has it
         }
         let status = machine.statusLine(now: now)
         if status != lastStatus {
