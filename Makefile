@@ -63,10 +63,11 @@ E2E_CI_CORE   ?= paird_pair paird_away paird_bluetoothd paird_restart paird_unpa
 E2E_KERNELS     ?= 6.1
 ## paird_factory_reset: a reset wearable on 6.1 kills bluetoothd on each link (issue 49); its systemd-mode
 ## and two-wearable forms (E2E_KERNEL_MORE) run in make e2e and e2e-all, not in CI (time).
-## paird_sleep on 6.1 (E2E_KERNEL_MORE, make e2e): 6.1 oopses in its sleeps and power cycle, and in 1 of 3
-## runs paird's metrics and record then disagreed on a drop's reason (fixed since, docs/development.md); not in CI.
-E2E_KERNEL_CORE ?= paird_pair paird_away paird_restart paird_bluetoothd paird_bluetoothd_crash paird_factory_reset
-E2E_KERNEL_MORE ?= paird_factory_reset_systemd paird_factory_reset_two paird_sleep
+## paird_sleep on 6.1: 6.1 oopses in its sleeps and power cycle (the scenario accepts bluetoothd's death
+## there when the BUG is new in that step); out of CI while paird's metrics and record disagreed on a drop's
+## reason after it, back in since that was fixed (docs/development.md).
+E2E_KERNEL_CORE ?= paird_pair paird_away paird_restart paird_bluetoothd paird_bluetoothd_crash paird_factory_reset paird_sleep
+E2E_KERNEL_MORE ?= paird_factory_reset_systemd paird_factory_reset_two
 E2E_KERNEL_RUNS  = $(foreach k,$(E2E_KERNELS),$(addprefix linux-$(k):,$(E2E_KERNEL_CORE)))
 E2E_KERNEL_ALL   = $(foreach k,$(E2E_KERNELS),$(addprefix linux-$(k):,$(E2E_KERNEL_CORE) $(E2E_KERNEL_MORE)))
 e2e: release deb bluez-builds
