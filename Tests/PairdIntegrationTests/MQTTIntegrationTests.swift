@@ -1,4 +1,5 @@
 import Foundation
+import PairingCore
 import Testing
 
 /// `[MQTT]` end to end: a real mosquitto broker on loopback (Debian's, unpacked by
@@ -166,6 +167,72 @@ struct MQTTIntegrationTests {
         let log = host.log()
         #expect(log.components(separatedBy: "mqtt: lost the broker").count == 2, "said once: \(log)")
         #expect(log.components(separatedBy: "mqtt: connected to").count == 3, "\(log)")
+    }
+
+    static let vendor = "6e400003-b5a3-f393-e0a9-e50e24dcca9e"
+
+    /// How many times paird called `method` on the characteristic `object` of `addGatt`.
+    static func charCalls(_ host: MockedHost, _ object: String, _ method: String) -> Int {
+        let r = host.python("print(len(b.get_object('org.bluez', '\(host.devicePath(MockedHost.watch))/service0010/\(object)').GetMethodCalls('\(method)', dbus_interface='org.freedesktop.DBus.Mock')))")
+        return Int(r.out.trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1
+    }
+
+    @Test("notifications: heart rate's bpm on heart_rate in order, another characteristic's hex on data/<uuid>, neither retained; the heart-rate discovery config; what is notified while the broker is away is dropped")
+    func heartRateAndData() throws {
+        let host = try MockedHost()
+        let port = MetricsIntegrationTests.freePort()
+        var broker = try Self.startBroker(host, port: port)
+        defer { kill(broker.process.processIdentifier, SIGKILL) }
+        let sub = try Subscriber(host, port: port)
+        defer { sub.stop() }
+        try "[Health]\nFirstDataTimeout = 0\n[Notifications]\nSubscribe = \(ServiceUUID.heartRateMeasurement), \(Self.vendor)\nBattery = no\n[MQTT]\nBroker = mqtt://127.0.0.1:\(port)\nTopicPrefix = paird/test\n"
+            .write(toFile: host.dir.appendingPathComponent("paird.conf").path, atomically: true, encoding: .utf8)
+        try host.addDevice()
+        try host.addGatt(characteristics: [(ServiceUUID.heartRateMeasurement, "char0011"), (Self.vendor, "char0014")])
+        try host.startPaird()
+        try host.must(host.pairWatch(added: true), "pairctl pair")
+        try waitFor("connected", deadline: 10) { host.state() == "connected" }
+        try waitFor("paird subscribed to both", deadline: 10) {
+            Self.charCalls(host, "char0011", "StartNotify") >= 1 && Self.charCalls(host, "char0014", "StartNotify") >= 1
+        }
+        try sub.wait("status online", deadline: 10) { sub.payloads("paird/test/status").last == "online" }
+
+        let t = "paird/test/\(watch)"
+        try host.notifyValue("char0011", [0x00, 60])                  // uint8 rate
+        try host.notifyValue("char0011", [0x16, 61, 0x40, 0x03])      // contact, one RR interval
+        try host.notifyValue("char0011", [0x01, 0x3E, 0x00])          // uint16 rate
+        try host.notifyValue("char0014", [0x00, 0xAB, 0xFF])
+        try sub.wait("the three bpm values, in order, and the vendor's hex", deadline: 10) {
+            sub.payloads("\(t)/heart_rate") == ["60", "61", "62"] && sub.payloads("\(t)/data/\(Self.vendor)") == ["00abff"]
+        }
+
+        let ha = "homeassistant/sensor/paird_00aa01010001/heart_rate/config"
+        let config = try #require(try JSONSerialization.jsonObject(with: Data((sub.payloads(ha).last ?? "").utf8)) as? [String: Any])
+        #expect(config["state_topic"] as? String == "\(t)/heart_rate")
+        #expect(config["unit_of_measurement"] as? String == "bpm")
+        #expect(config["state_class"] as? String == "measurement")
+        #expect(config["availability_topic"] as? String == "paird/test/status")
+
+        // Not retained: a later subscriber, once it has the retained discovery configs (sent
+        // after those under paird/#), has no heart rate nor data.
+        let late = try Subscriber(host, port: port, name: "late")
+        defer { late.stop() }
+        try late.wait("the retained configs", deadline: 5) { !(late.payloads(ha).last ?? "").isEmpty }
+        #expect(late.payloads("\(t)/heart_rate").isEmpty && late.payloads("\(t)/data/\(Self.vendor)").isEmpty, "\(late.lines)")
+
+        // The broker away: what is notified meanwhile is dropped, not sent on reconnect.
+        kill(broker.process.processIdentifier, SIGKILL)
+        broker.process.waitUntilExit()
+        try waitFor("the loss said", deadline: 10) { host.log().contains("mqtt: lost the broker") }
+        try host.notifyValue("char0011", [0x00, 99])
+        broker = try Self.startBroker(host, port: port)
+        let again = try Subscriber(host, port: port, name: "again")
+        defer { again.stop() }
+        try again.wait("status online again", deadline: 20) { again.payloads("paird/test/status").last == "online" }
+        try host.notifyValue("char0011", [0x00, 70])
+        try again.wait("the value after the reconnect", deadline: 10) { again.payloads("\(t)/heart_rate").contains("70") }
+        #expect(again.payloads("\(t)/heart_rate") == ["70"], "the value notified while away is dropped: \(again.lines)")
+        #expect(host.state() == "connected")
     }
 
     @Test("without [MQTT] paird loads no libmosquitto and says nothing of MQTT")

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Paird
+import PairingCore
 
 @Suite("paird.conf [MQTT]")
 struct MQTTConfigTests {
@@ -95,5 +96,19 @@ struct MQTTConfigTests {
         let odd = Daemon.stateJSON("x", reason: "a\"b\\c\u{1}")
         let doc = try JSONSerialization.jsonObject(with: Data(odd.utf8)) as? [String: String]
         #expect(doc?["reason"] == "a\"b\\c\u{1}")
+    }
+
+    @Test("notifications: heart rate as its bpm (decoded as pairctl watch does), others and malformed heart rate as data/<uuid> in hex, Battery Level none")
+    func notificationPayloads() {
+        let hrm = ServiceUUID.heartRateMeasurement
+        #expect(Daemon.notificationMessage(characteristic: hrm, value: [0x06, 0x48])! == ("heart_rate", "72"))
+        // uint16 rate, contact, energy, RR: the bpm alone.
+        #expect(Daemon.notificationMessage(characteristic: hrm, value: [0x1F, 0x2C, 0x01, 0x0C, 0x00, 0x40, 0x03])! == ("heart_rate", "300"))
+        // Malformed (flags say uint16, one byte): not a bpm, its hex on the data topic.
+        #expect(Daemon.notificationMessage(characteristic: hrm, value: [0x01, 0x48])! == ("data/\(hrm)", "0148"))
+        let vendor = "6e400003-b5a3-f393-e0a9-e50e24dcca9e"
+        #expect(Daemon.notificationMessage(characteristic: vendor, value: [0x00, 0xAB, 0xFF])! == ("data/\(vendor)", "00abff"))
+        #expect(Daemon.notificationMessage(characteristic: vendor, value: [])! == ("data/\(vendor)", ""))
+        #expect(Daemon.notificationMessage(characteristic: ServiceUUID.batteryLevel, value: [87]) == nil)
     }
 }
