@@ -1,3 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
 import PairingCore
 
 /// `[MQTT]` at run time: the client started once paird owns its bus name, and each observation
@@ -10,19 +15,32 @@ extension Daemon {
         let s = config.mqtt.resolved()
         do {
             let password = s.passwordFile.isEmpty ? nil : try s.readPassword()
-            let client = try MQTTClient(settings: s, password: password, loop: loop, log: log)
+            let client = try MQTTClient(settings: s, password: password, loop: loop, log: log, now: { [unowned self] in now() })
             client.onConnect = { [unowned self] in
                 for a in machine.devices.keys.sorted(by: { $0.description < $1.description }) {
                     publishDiscovery(a)
                     publishWearable(a)
                 }
             }
+            client.onLink = { [unowned self] in metrics?.model.mqtt(connected: $0 == .connected) }
+            metrics?.model.mqtt(connected: false)
             mqtt = client
             log.info("mqtt: broker \(s.host):\(s.port), client id \(s.clientId), topics under \(s.topicPrefix)/")
             client.start()
         } catch {
             log.error("[MQTT]: \(error); paird runs without MQTT")
+            mqttOff = "\(error)"
         }
+    }
+
+    /// `daemon.mqtt` of `pairctl status` at `now`: nil without `[MQTT]`; `off` (and why) when
+    /// it is set but could not be started.
+    func mqttStatus(now: Moment) -> StatusDocument.MQTTLink? {
+        guard config.mqtt.enabled else { return nil }
+        let broker = config.mqtt.host.contains(":") ? "[\(config.mqtt.host)]:\(config.mqtt.port)" : "\(config.mqtt.host):\(config.mqtt.port)"
+        guard let mqtt else { return .init(state: "off", broker: broker, since: nil, error: mqttOff) }
+        let since = Date(timeIntervalSince1970: now.unixTime - Double(now.uptimeNanoseconds - mqtt.linkSince.uptimeNanoseconds) / 1e9)
+        return .init(state: mqtt.link.rawValue, broker: broker, since: since, error: mqtt.awayWhy)
     }
 
     /// One observation, as the wearable's topics.

@@ -1,5 +1,6 @@
 import CMosquitto
 import EventLoop
+import PairingCore
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -30,15 +31,39 @@ final class MQTTClient {
     private var stopped = false
     /// Called after every (re)connect: what is retained is sent again.
     var onConnect: () -> Void = {}
+    /// Called when `link` changes (the metric `paird_mqtt_connected`).
+    var onLink: (Link) -> Void = { _ in }
+
+    /// The link as `pairctl status` shows it: `connecting` (the first attempt since paird
+    /// started), `connected`, `away` (lost, unreachable or refused; tried again with the backoff).
+    enum Link: String { case connecting, connected, away }
+    private(set) var link = Link.connecting
+    /// When `link` became what it is (paird's clock: `now`).
+    private(set) var linkSince: Moment
+    /// Why it is away (nil unless `link` is `away`).
+    private(set) var awayWhy: String?
+    /// The broker's refusal, kept for the `closed` that follows it.
+    private var refusal: String?
+    private let now: () -> Moment
+
+    private func set(_ l: Link, why: String? = nil) {
+        awayWhy = why
+        guard l != link else { return }
+        link = l
+        linkSince = now()
+        onLink(l)
+    }
 
     var statusTopic: String { "\(settings.topicPrefix)/status" }
 
     /// `settings` resolved (`MQTTSettings.resolved`). Throws when libmosquitto cannot be loaded
     /// or refuses the settings.
-    init(settings: MQTTSettings, password: String?, loop: EventLoop, log: Log) throws {
+    init(settings: MQTTSettings, password: String?, loop: EventLoop, log: Log, now: @escaping () -> Moment) throws {
         self.settings = settings
         self.loop = loop
         self.log = log
+        self.now = now
+        linkSince = now()
         if let why = Self.loadLibrary() { throw SystemError("libmosquitto cannot be loaded (\(why)): install libmosquitto1", ENOENT) }
         _ = pmq_lib_init()
         guard let c = pmq_new(settings.clientId, true, nil) else { throw SystemError("mosquitto_new failed", errno) }
@@ -124,10 +149,13 @@ final class MQTTClient {
             let why = String(cString: pmq_connack_string(rc))
             if !awaySaid { log.error("mqtt: broker \(settings.host):\(settings.port) refused paird: \(why) (see [MQTT] Username and PasswordFile)") }
             awaySaid = true
+            refusal = "refused: \(why)"
+            set(.away, why: refusal)
             backoff = Self.backoffMax   // a refusal is not answered by trying again every second
             return
         }
         connected = true
+        set(.connected)
         backoff = Self.backoffInitial
         log.info("mqtt: connected to \(settings.host):\(settings.port) as \(settings.clientId), publishing under \(settings.topicPrefix)/")
         awaySaid = false
@@ -142,10 +170,13 @@ final class MQTTClient {
         connected = false
         guard !stopped else { return }
         if was { log.warning("mqtt: lost the broker \(settings.host):\(settings.port) (\(describe(rc))); reconnecting with a backoff up to 60 s"); awaySaid = true }
-        away(describe(rc))
+        let why = refusal ?? describe(rc)
+        refusal = nil
+        away(why)
     }
 
     private func away(_ why: String) {
+        set(.away, why: why)
         if !awaySaid {
             log.warning("mqtt: broker \(settings.host):\(settings.port) unreachable (\(why)); trying again with a backoff up to 60 s, said again once connected")
             awaySaid = true

@@ -235,6 +235,40 @@ struct MQTTIntegrationTests {
         #expect(host.state() == "connected")
     }
 
+    /// `paird_mqtt_connected` in the textfile, nil while it is not there.
+    static func mqttMetric(_ prom: String) -> Double? {
+        let text = (try? String(contentsOfFile: prom, encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").first { $0.hasPrefix("paird_mqtt_connected ") }.flatMap { Double($0.split(separator: " ").last!) }
+    }
+
+    @Test("the link's state in pairctl status (text and JSON) and paird_mqtt_connected: connected, away once the broker is killed, connected again")
+    func linkStateShown() throws {
+        let host = try MockedHost()
+        let port = MetricsIntegrationTests.freePort()
+        var broker = try Self.startBroker(host, port: port)
+        defer { kill(broker.process.processIdentifier, SIGKILL) }
+        let prom = host.dir.appendingPathComponent("paird.prom").path
+        try "[Metrics]\nTextfile = \(prom)\nInterval = 1\n[MQTT]\nBroker = mqtt://127.0.0.1:\(port)\nTopicPrefix = paird/test\n"
+            .write(toFile: host.dir.appendingPathComponent("paird.conf").path, atomically: true, encoding: .utf8)
+        try host.startPaird()
+        try waitFor("status: mqtt connected", deadline: 10) { try host.status().daemon.mqtt?.state == "connected" }
+        let link = try #require(try host.status().daemon.mqtt)
+        #expect(link.broker == "127.0.0.1:\(port)" && link.since != nil && link.error == nil)
+        #expect(host.pairctl("status").out.contains("mqtt: connected to 127.0.0.1:\(port)"))
+        try waitFor("paird_mqtt_connected 1", deadline: 10) { Self.mqttMetric(prom) == 1 }
+
+        kill(broker.process.processIdentifier, SIGKILL)
+        broker.process.waitUntilExit()
+        try waitFor("status: mqtt away", deadline: 10) { try host.status().daemon.mqtt?.state == "away" }
+        #expect(try host.status().daemon.mqtt?.error != nil)
+        #expect(host.pairctl("status").out.contains("mqtt: AWAY from 127.0.0.1:\(port)"), "\(host.pairctl("status").out)")
+        try waitFor("paird_mqtt_connected 0", deadline: 10) { Self.mqttMetric(prom) == 0 }
+
+        broker = try Self.startBroker(host, port: port)
+        try waitFor("status: mqtt connected again", deadline: 20) { try host.status().daemon.mqtt?.state == "connected" }
+        try waitFor("paird_mqtt_connected 1 again", deadline: 10) { Self.mqttMetric(prom) == 1 }
+    }
+
     @Test("without [MQTT] paird loads no libmosquitto and says nothing of MQTT")
     func offByDefault() throws {
         let host = try MockedHost()
@@ -243,5 +277,7 @@ struct MQTTIntegrationTests {
         let maps = (try? String(contentsOfFile: "/proc/\(pid)/maps", encoding: .utf8)) ?? ""
         #expect(!maps.contains("libmosquitto"))
         #expect(!host.log().contains("mqtt"))
+        #expect(try host.status().daemon.mqtt == nil)
+        #expect(!host.pairctl("status").out.contains("mqtt"))
     }
 }
