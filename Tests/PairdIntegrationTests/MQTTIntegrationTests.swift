@@ -14,14 +14,20 @@ struct MQTTIntegrationTests {
         return FileManager.default.isExecutableFile(atPath: unpacked) ? unpacked : "/usr/sbin/mosquitto"
     }()
 
-    /// A broker on `port` (loopback, anonymous, nothing persisted); killed by the caller.
-    static func startBroker(_ host: MockedHost, port: Int) throws -> MockedHost.Running {
+    /// A broker on `port` (loopback, anonymous unless `settings` say otherwise, nothing
+    /// persisted); killed by the caller. `settings`: more lines of mosquitto.conf; `probe`: the
+    /// arguments mosquitto_pub needs to be let in (`-u`, `-P`), to see it listening.
+    static func startBroker(_ host: MockedHost, port: Int, settings: String = "allow_anonymous true\n", probe: [String] = []) throws -> MockedHost.Running {
         let bin = try MetricsIntegrationTests.required(mosquitto)
         let conf = host.dir.appendingPathComponent("mosquitto.conf")
-        try "listener \(port) 127.0.0.1\nallow_anonymous true\npersistence false\n".write(to: conf, atomically: true, encoding: .utf8)
-        let broker = host.start(bin, ["-c", conf.path], timeout: 300)
+        try "listener \(port) 127.0.0.1\npersistence false\n\(settings)".write(to: conf, atomically: true, encoding: .utf8)
+        // Its output (`log_dest stdout`) into mosquitto.log, line-buffered (stdbuf) so that each
+        // line is there once it happened; not a `log_dest file` of its own, which it could not
+        // write once it drops root for nobody.
+        let log = host.dir.appendingPathComponent("mosquitto.log").path
+        let broker = host.start("/bin/sh", ["-c", "exec /usr/bin/stdbuf -oL '\(bin)' -c '\(conf.path)' >> '\(log)' 2>&1"], timeout: 300)
         try waitFor("mosquitto listening on \(port)", deadline: 10) {
-            host.run("/usr/bin/mosquitto_pub", ["-h", "127.0.0.1", "-p", "\(port)", "-t", "probe", "-m", "x"], timeout: 5).status == 0
+            host.run("/usr/bin/mosquitto_pub", ["-h", "127.0.0.1", "-p", "\(port)", "-t", "probe", "-m", "x"] + probe, timeout: 5).status == 0
         }
         return broker
     }
@@ -267,6 +273,47 @@ struct MQTTIntegrationTests {
         broker = try Self.startBroker(host, port: port)
         try waitFor("status: mqtt connected again", deadline: 20) { try host.status().daemon.mqtt?.state == "connected" }
         try waitFor("paird_mqtt_connected 1 again", deadline: 10) { Self.mqttMetric(prom) == 1 }
+    }
+
+    @Test("a wrong password: one clear line in paird's log, away (not authorised) in status, no retry storm (the broker's log over a 4 s window)")
+    func wrongPassword() throws {
+        let host = try MockedHost()
+        let port = MetricsIntegrationTests.freePort()
+        let users = host.dir.appendingPathComponent("users").path
+        let passwd = MetricsIntegrationTests.repo.appendingPathComponent(".build/mosquitto/usr/bin/mosquitto_passwd").path
+        try host.must(host.run(try MetricsIntegrationTests.required(passwd), ["-b", "-c", users, "paird", "right"]), "mosquitto_passwd")
+        let brokerLog = host.dir.appendingPathComponent("mosquitto.log").path
+        let broker = try Self.startBroker(host, port: port, settings: "allow_anonymous false\npassword_file \(users)\nlog_dest stdout\nlog_type all\n",
+                                          probe: ["-u", "paird", "-P", "right"])
+        defer { kill(broker.process.processIdentifier, SIGKILL) }
+        /// The connections the broker accepted on its socket (each attempt of a client is one).
+        func attempts() -> Int {
+            ((try? String(contentsOfFile: brokerLog, encoding: .utf8)) ?? "").components(separatedBy: "New connection from").count - 1
+        }
+        let probes = attempts()
+        let password = host.dir.appendingPathComponent("mqtt.password").path
+        try "wrong\n".write(toFile: password, atomically: true, encoding: .utf8)
+        chmod(password, 0o600)
+        try "[MQTT]\nBroker = mqtt://127.0.0.1:\(port)\nUsername = paird\nPasswordFile = \(password)\nTopicPrefix = paird/test\n"
+            .write(toFile: host.dir.appendingPathComponent("paird.conf").path, atomically: true, encoding: .utf8)
+        try host.startPaird()
+        try waitFor("the refusal said", deadline: 10) { host.log().contains("refused paird") }
+        let link = try #require(try host.status().daemon.mqtt)
+        #expect(link.state == "away" && link.error?.contains("not authorised") == true, "\(link)")
+
+        // A storm would be an attempt every second or faster; the backoff after a refusal is
+        // 60 s: over 4 s (a bound, not a wait for something to happen) no second attempt.
+        let end = Date().addingTimeInterval(4)
+        while Date() < end {
+            #expect(attempts() - probes <= 1, "attempts: \(attempts() - probes)")
+            if attempts() - probes > 1 { break }
+            usleep(200_000)
+        }
+        #expect(attempts() - probes == 1)
+        let lines = host.log().split(separator: "\n").filter { $0.contains("mqtt") && !$0.contains("mqtt: broker 127.0.0.1:\(port), client id") }
+        #expect(lines.count == 1, "one line: \(lines)")
+        #expect(lines.first?.contains("not authorised") == true && lines.first?.contains("PasswordFile") == true, "\(lines)")
+        #expect(host.pairctl("status").out.contains("mqtt: AWAY from 127.0.0.1:\(port) (refused: Connection Refused: not authorised."), "\(host.pairctl("status").out)")
     }
 
     @Test("without [MQTT] paird loads no libmosquitto and says nothing of MQTT")
