@@ -73,6 +73,9 @@ final class MQTTClient {
         if rc == PMQ_ERR_SUCCESS, !settings.username.isEmpty {
             rc = pmq_username_pw_set(c, settings.username, password)
         }
+        if rc == PMQ_ERR_SUCCESS, settings.tls {
+            rc = settings.caFile.isEmpty ? pmq_tls_set(c, nil, "/etc/ssl/certs") : pmq_tls_set(c, settings.caFile, nil)
+        }
         if rc != PMQ_ERR_SUCCESS {
             pmq_destroy(c)
             throw SystemError("libmosquitto refused the settings: \(String(cString: pmq_strerror(rc)))", EINVAL)
@@ -128,7 +131,10 @@ final class MQTTClient {
     }
 
     private func describe(_ rc: Int32) -> String {
-        rc == PMQ_ERR_ERRNO ? String(cString: strerror(errno)) : String(cString: pmq_strerror(rc))
+        if rc == PMQ_ERR_TLS, settings.tls {
+            return "TLS handshake failed: the broker's certificate is not signed by \(settings.caFile.isEmpty ? "a CA in /etc/ssl/certs" : "CAFile \(settings.caFile)") or does not name \(settings.host)"
+        }
+        return rc == PMQ_ERR_ERRNO ? String(cString: strerror(errno)) : String(cString: pmq_strerror(rc))
     }
 
     private func attempt() {
@@ -200,8 +206,13 @@ final class MQTTClient {
     }
 
     private func ready(_ e: IOEvents) {
-        if e.contains(.write), pmq_socket(client) >= 0 { _ = pmq_loop_write(client, 1) }
-        if !e.isDisjoint(with: [.read, .hangup, .error]), pmq_socket(client) >= 0 { _ = pmq_loop_read(client, 1) }
+        var rc = PMQ_ERR_SUCCESS
+        if e.contains(.write), pmq_socket(client) >= 0 { rc = pmq_loop_write(client, 1) }
+        if rc == PMQ_ERR_SUCCESS, !e.isDisjoint(with: [.read, .hangup, .error]), pmq_socket(client) >= 0 { rc = pmq_loop_read(client, 1) }
+        // A link that fails before CONNACK (a TLS handshake refused) is closed by libmosquitto
+        // without its disconnect callback: handled here as that callback would (which, when it
+        // did come, scheduled the retry already).
+        if rc != PMQ_ERR_SUCCESS, pmq_socket(client) < 0, retry == nil, !stopped { closed(rc) }
         sync()
     }
 

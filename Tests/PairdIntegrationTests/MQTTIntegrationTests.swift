@@ -316,6 +316,52 @@ struct MQTTIntegrationTests {
         #expect(host.pairctl("status").out.contains("mqtt: AWAY from 127.0.0.1:\(port) (refused: Connection Refused: not authorised."), "\(host.pairctl("status").out)")
     }
 
+    @Test("TLS (mqtts://, CAFile) with a throw-away CA: a CA that did not sign the broker's certificate is refused and said so; the right one connects")
+    func tls() throws {
+        let host = try MockedHost()
+        let port = MetricsIntegrationTests.freePort()
+        let d = host.dir.path
+        // A CA, the broker's certificate for 127.0.0.1 signed by it, and another CA that signed nothing.
+        let openssl = """
+            set -e; cd '\(d)'
+            openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 1 -subj '/CN=paird test CA'
+            openssl req -x509 -newkey rsa:2048 -nodes -keyout other.key -out other.crt -days 1 -subj '/CN=another CA'
+            openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj '/CN=127.0.0.1'
+            printf 'subjectAltName=IP:127.0.0.1\\n' > ext
+            openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 1 -extfile ext
+            chmod 644 ca.crt other.crt server.crt server.key
+            """
+        try host.must(host.run("/bin/sh", ["-c", openssl]), "openssl")
+        let broker = try Self.startBroker(host, port: port, settings: "allow_anonymous true\ncafile \(d)/ca.crt\ncertfile \(d)/server.crt\nkeyfile \(d)/server.key\n",
+                                          probe: ["--cafile", "\(d)/ca.crt"])
+        defer { kill(broker.process.processIdentifier, SIGKILL) }
+        let conf = host.dir.appendingPathComponent("paird.conf").path
+        func config(ca: String) throws {
+            try "[MQTT]\nBroker = mqtts://127.0.0.1:\(port)\nCAFile = \(d)/\(ca)\nTopicPrefix = paird/test\n".write(toFile: conf, atomically: true, encoding: .utf8)
+        }
+
+        try config(ca: "other.crt")
+        #expect(host.run(MockedHost.pairdBin, ["--check-config", "--config", conf]).status == 0)
+        try host.startPaird()
+        do { try waitFor("the TLS refusal said", deadline: 10) { host.log().contains("TLS handshake failed") } } catch {
+            throw Failure("\(error); paird's log:\n\(host.log())")
+        }
+        let link = try #require(try host.status().daemon.mqtt)
+        #expect(link.state == "away" && link.error?.contains("CAFile \(d)/other.crt") == true, "\(link)")
+        #expect(!host.log().contains("mqtt: connected"))
+        try host.stopPaird()
+
+        try config(ca: "ca.crt")
+        try host.startPaird()
+        do { try waitFor("connected over TLS", deadline: 10) { try host.status().daemon.mqtt?.state == "connected" } } catch {
+            throw Failure("\(error); paird's log:\n\(host.log())")
+        }
+        #expect(host.log().contains("mqtt: connected to 127.0.0.1:\(port)"))
+        // What paird published is there, read back over TLS.
+        let got = host.run("/usr/bin/mosquitto_sub", ["-h", "127.0.0.1", "-p", "\(port)", "--cafile", "\(d)/ca.crt", "-t", "paird/test/status", "-C", "1", "-W", "5"], timeout: 10)
+        #expect(got.out == "online\n", "\(got)")
+    }
+
     @Test("without [MQTT] paird loads no libmosquitto and says nothing of MQTT")
     func offByDefault() throws {
         let host = try MockedHost()
