@@ -108,8 +108,9 @@ extension Daemon {
 
     /// Home Assistant's discovery configs of `a` (`[MQTT] Discovery`; empty: none), retained:
     /// one device per wearable with a connectivity binary sensor, a battery sensor, a state
-    /// sensor and a heart-rate sensor, each available while paird's `status` is `online`. An unpaired wearable's (or
-    /// `removed`): empty retained messages, which remove them from Home Assistant.
+    /// sensor and a heart-rate sensor, each available while paird's `status` is `online`. An
+    /// unpaired wearable's (or `removed`): empty retained messages, which remove them from Home
+    /// Assistant.
     func publishDiscovery(_ a: DeviceAddress, removed: Bool = false) {
         guard let mqtt, !mqtt.settings.discovery.isEmpty else { return }
         let id = "paird_" + String(a.description.filter { $0 != ":" }).lowercased()

@@ -208,7 +208,10 @@ final class MQTTClient {
     private func ready(_ e: IOEvents) {
         var rc = PMQ_ERR_SUCCESS
         if e.contains(.write), pmq_socket(client) >= 0 { rc = pmq_loop_write(client, 1) }
-        if rc == PMQ_ERR_SUCCESS, !e.isDisjoint(with: [.read, .hangup, .error]), pmq_socket(client) >= 0 { rc = pmq_loop_read(client, 1) }
+        if !e.isDisjoint(with: [.read, .hangup, .error]), pmq_socket(client) >= 0 {
+            let r = pmq_loop_read(client, 1)
+            if rc == PMQ_ERR_SUCCESS { rc = r }
+        }
         // A link that fails before CONNACK (a TLS handshake refused) is closed by libmosquitto
         // without its disconnect callback: handled here as that callback would (which, when it
         // did come, scheduled the retry already).
