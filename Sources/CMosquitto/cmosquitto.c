@@ -26,6 +26,7 @@ static struct {
     void (*connect_callback_set)(struct mosquitto *, pmq_cb);
     void (*disconnect_callback_set)(struct mosquitto *, pmq_cb);
     void (*user_data_set)(struct mosquitto *, void *);
+    int (*tls_set)(struct mosquitto *, const char *, const char *, const char *, const char *, int (*)(char *, int, int, void *));
 } lib;
 
 #define RESOLVE(field, name) \
@@ -59,6 +60,7 @@ const char *pmq_load(void) {
     RESOLVE(connect_callback_set, "mosquitto_connect_callback_set");
     RESOLVE(disconnect_callback_set, "mosquitto_disconnect_callback_set");
     RESOLVE(user_data_set, "mosquitto_user_data_set");
+    RESOLVE(tls_set, "mosquitto_tls_set");
     lib.handle = h;
     return NULL;
 }
@@ -88,3 +90,4 @@ void pmq_callbacks_set(struct mosquitto *m, pmq_cb on_connect, pmq_cb on_disconn
     lib.disconnect_callback_set(m, on_disconnect);
 }
 void pmq_user_data_set(struct mosquitto *m, void *obj) { lib.user_data_set(m, obj); }
+int pmq_tls_set(struct mosquitto *m, const char *cafile, const char *capath) { return lib.tls_set(m, cafile, capath, NULL, NULL, NULL); }

@@ -129,12 +129,27 @@ enum StatusText {
         if let h = s.host, h.asleep || h.lastSleep != nil {
             lines += HostText.lines(h, names: Dictionary(s.devices.map { ($0.address, $0.name) }, uniquingKeysWith: { a, _ in a }), now: now)
         }
+        if let m = s.daemon.mqtt { lines += fit("mqtt: ", mqtt(m, now: now)) }
         if let p = s.pairing {
             lines += fit("", ["pairing: \(p.phase.terminalSafe)\(p.device.map { " \($0.terminalSafe)" } ?? "")", "ends \(relative(p.deadline, now))"])
         }
         if s.devices.isEmpty { lines.append("no wearables paired (pairctl pair --service 180d)") }
         for d in s.devices { lines += device(d, now: now, adapter: s.adapter, adapters: s.adapters) }
         return lines.joined(separator: "\n")
+    }
+
+    /// `[MQTT]`'s link: `connected to 127.0.0.1:1883, since 3 min ago`; `away from … (why), since
+    /// …, trying again up to every 60 s`; `connecting to …`; `off (why)`.
+    static func mqtt(_ m: StatusDocument.MQTTLink, now: Date) -> [String] {
+        let broker = m.broker.terminalSafe
+        let since = m.since.map { ["since \(relative($0, now))"] } ?? []
+        let why = m.error.map { " (\($0.terminalSafe))" } ?? ""
+        switch m.state {
+        case "connected": return ["connected to \(broker)"] + since
+        case "connecting": return ["connecting to \(broker)"] + since
+        case "away": return ["AWAY from \(broker)\(why)"] + since + ["trying again up to every 60 s"]
+        default: return ["\(m.state.terminalSafe)\(why)"]
+        }
     }
 
     static func adapterName(_ a: StatusDocument.Adapter) -> String {

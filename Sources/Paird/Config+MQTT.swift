@@ -14,6 +14,11 @@ public struct MQTTSettings: Sendable, Equatable {
     /// `Broker = mqtt://host[:port]`; empty host: off (the default).
     public var host = ""
     public var port = 1883
+    /// `Broker = mqtts://…`: TLS.
+    public var tls = false
+    /// The CA certificates (PEM) the broker's certificate is checked against; empty: the
+    /// system's (/etc/ssl/certs).
+    public var caFile = ""
     public var username = ""
     /// A file whose first line is the password (checked by `DaemonConfig.check`: 0600 or 0640,
     /// owned by root or paird's user).
@@ -32,7 +37,7 @@ public struct MQTTSettings: Sendable, Equatable {
     /// Where the keys were in the file, not what they say: two configs that say the same are
     /// equal wherever their lines are.
     struct Lines: Sendable, Equatable {
-        var broker = 0, passwordFile = 0
+        var broker = 0, passwordFile = 0, caFile = 0
         static func == (_: Lines, _: Lines) -> Bool { true }
     }
 
@@ -51,15 +56,13 @@ public struct MQTTSettings: Sendable, Equatable {
         return name.isEmpty ? "localhost" : name
     }
 
-    /// Parses `mqtt://host[:port]`. `mqtts://` is refused (TLS is not done yet).
-    static func parseBroker(_ value: String) -> Result<(String, Int), Problem> {
-        if value.hasPrefix("mqtts://") {
-            return .failure(Problem(text: "Broker: mqtts:// (TLS) is not supported yet; use mqtt://host:port on a trusted network, got \"\(value)\""))
-        }
-        guard value.hasPrefix("mqtt://") else { return .failure(Problem(text: "Broker must be mqtt://host[:port], got \"\(value)\"")) }
-        var rest = Substring(value.dropFirst("mqtt://".count))
+    /// Parses `mqtt://host[:port]` (port 1883) or `mqtts://host[:port]` (TLS, port 8883).
+    static func parseBroker(_ value: String) -> Result<(host: String, port: Int, tls: Bool), Problem> {
+        let tls = value.hasPrefix("mqtts://")
+        guard tls || value.hasPrefix("mqtt://") else { return .failure(Problem(text: "Broker must be mqtt://host[:port] or mqtts://host[:port], got \"\(value)\"")) }
+        var rest = Substring(value.dropFirst(tls ? "mqtts://".count : "mqtt://".count))
         if rest.hasSuffix("/") { rest = rest.dropLast() }
-        var host = rest, port = 1883
+        var host = rest, port = tls ? 8883 : 1883
         if rest.hasPrefix("[") {   // [IPv6]:port
             guard let close = rest.firstIndex(of: "]") else { return .failure(Problem(text: "Broker: unclosed [ in \"\(value)\"")) }
             host = rest[rest.index(after: rest.startIndex)..<close]
@@ -80,7 +83,7 @@ public struct MQTTSettings: Sendable, Equatable {
         guard !host.isEmpty, host.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || ".-_:".contains($0)) }) else {
             return .failure(Problem(text: "Broker must be mqtt://host[:port] with a host name or address, got \"\(value)\""))
         }
-        return .success((String(host), port))
+        return .success((String(host), port, tls))
     }
 
     struct Problem: Swift.Error { var text: String }
@@ -121,7 +124,7 @@ extension DaemonConfig {
         case "Broker":
             if value.isEmpty { mqtt.host = ""; return }
             switch MQTTSettings.parseBroker(value) {
-            case .success(let (h, p)): mqtt.host = h; mqtt.port = p
+            case .success(let b): mqtt.host = b.host; mqtt.port = b.port; mqtt.tls = b.tls
             case .failure(let why): throw fail(why.text)
             }
         case "Username":
@@ -130,6 +133,9 @@ extension DaemonConfig {
         case "PasswordFile":
             guard value.isEmpty || value.hasPrefix("/") else { throw fail("PasswordFile must be an absolute path, got \"\(value)\"") }
             mqtt.passwordFile = value
+        case "CAFile":
+            guard value.isEmpty || value.hasPrefix("/") else { throw fail("CAFile must be an absolute path, got \"\(value)\"") }
+            mqtt.caFile = value
         case "ClientId":
             guard value.utf8.count <= 23 * 8, !value.unicodeScalars.contains(where: { $0.properties.generalCategory == .control || $0 == " " }) else {
                 throw fail("ClientId must be a word without spaces or control characters, got \"\(value)\"")
@@ -158,6 +164,13 @@ extension DaemonConfig {
         guard mqtt.enabled else { return [] }
         var problems: [String] = []
         if !mqtt.passwordFile.isEmpty, let p = MQTTSettings.passwordFileProblem(mqtt.passwordFile) { problems.append("[MQTT] \(p)") }
+        if !mqtt.caFile.isEmpty {
+            if !mqtt.tls {
+                problems.append("[MQTT] CAFile is set but Broker is mqtt:// (no TLS): use mqtts://")
+            } else if access(mqtt.caFile, R_OK) != 0 {
+                problems.append("[MQTT] CAFile \(mqtt.caFile): \(String(cString: strerror(errno)))")
+            }
+        }
         if let why = MQTTClient.loadLibrary() {
             problems.append("[MQTT] is set but libmosquitto cannot be loaded (\(why)): install libmosquitto1")
         }

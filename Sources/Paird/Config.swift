@@ -183,7 +183,7 @@ public struct DaemonConfig: Sendable, Equatable {
             case ("Metrics", "TextfileMode"), ("Metrics", "TextfileGroup"): try c.parseTextfileKey(key, value, fail: fail)
             case ("MQTT", _):
                 try c.parseMQTTKey(key, value, fail: fail)
-                if key == "Broker" { c.mqttLines.broker = lineNo } else if key == "PasswordFile" { c.mqttLines.passwordFile = lineNo }
+                if key == "Broker" { c.mqttLines.broker = lineNo } else if key == "PasswordFile" { c.mqttLines.passwordFile = lineNo } else if key == "CAFile" { c.mqttLines.caFile = lineNo }
             case ("Alerts", _):
                 try c.parseAlertKey(key, value, fail: fail)
                 if key == "BatteryLow" || key == "BatteryHysteresis" { batteryLine = lineNo }
@@ -219,7 +219,7 @@ public struct DaemonConfig: Sendable, Equatable {
         "Sleep": ["ResumeDeadlineFloor", "ResumeDeadlineCeiling", "ResumePowerCycles"],
         "History": ["MaxAgeDays", "MaxRecords", "BatteryStep", "BatteryInterval"],
         "Metrics": ["Textfile", "Interval", "TextfileMode", "TextfileGroup"],
-        "MQTT": ["Broker", "Username", "PasswordFile", "ClientId", "TopicPrefix", "Discovery", "Retain"],
+        "MQTT": ["Broker", "Username", "PasswordFile", "CAFile", "ClientId", "TopicPrefix", "Discovery", "Retain"],
         "Alerts": ["BatteryLow", "BatteryHysteresis", "AwayLongerThan", "NoDataFor", "DispatcherDir", "DispatcherTimeout"],
     ]
 
@@ -262,7 +262,7 @@ public struct DaemonConfig: Sendable, Equatable {
             }
         }
         for p in c.mqttHostProblems() {
-            errors.append(Error(file: path, line: p.contains("PasswordFile") ? c.mqttLines.passwordFile : c.mqttLines.broker, problem: p))
+            errors.append(Error(file: path, line: p.contains("PasswordFile") ? c.mqttLines.passwordFile : p.contains("CAFile") ? c.mqttLines.caFile : c.mqttLines.broker, problem: p))
         }
         return Checked(fileExists: true, config: c, warnings: warnings, errors: errors)
     }

@@ -3,7 +3,7 @@ import PairingCore
 
 /// BlueZ's events, passed to the machine: most one to one; `adapterReady` reads the views of the
 /// machine's devices from BlueZ's cache, and some never reach the machine (notifications and
-/// battery levels go out as paird's own signals).
+/// battery levels go out as paird's own signals, and notifications to the metrics and MQTT).
 extension Daemon {
     func handle(_ event: BlueZEvent) {
         if case .notification = event {} else if log.minimumPriority == .debug { log.debug("event: \(event)") }
@@ -49,6 +49,7 @@ extension Daemon {
                                 args: [.string(a.description), .string(characteristic), .bytes(value)])
             metrics?.model.notification(a.description, name: machine.device(a)?.identity.name ?? "", characteristic: characteristic,
                                         at: now().unixTime)
+            publishMQTT(notification: a, characteristic: characteristic, value: value)
             // Battery Level notifies on change: it is no sign of the data flow's health.
             if characteristic != ServiceUUID.batteryLevel { feed(.dataReceived(a, characteristic: characteristic)) }
         case .subscriptionEnded(let a, let characteristic):

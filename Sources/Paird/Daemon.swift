@@ -76,6 +76,8 @@ public final class Daemon {
     var mqtt: MQTTClient?
     /// The reason of each wearable's last state change, sent again with its state after a reconnect.
     var mqttReasons: [DeviceAddress: String?] = [:]
+    /// Why `[MQTT]` is set but not running (libmosquitto missing, the password file unreadable).
+    var mqttOff: String?
 
     let busAddress: String?
 
@@ -448,6 +450,7 @@ public final class Daemon {
         var doc = StatusDocument(machine: machine, adapter: bluez?.adapter.map { .init(name: $0.name, address: $0.address, powered: $0.powered, present: true) },
                                  configuredAdapter: bluez?.selectors.first ?? config.adapter, now: now(), stateFileError: stateFileError)
         doc.adapters = adapters
+        doc.daemon.mqtt = mqttStatus(now: now())
         return doc
     }
 }

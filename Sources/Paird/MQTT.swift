@@ -1,5 +1,6 @@
 import CMosquitto
 import EventLoop
+import PairingCore
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -30,15 +31,39 @@ final class MQTTClient {
     private var stopped = false
     /// Called after every (re)connect: what is retained is sent again.
     var onConnect: () -> Void = {}
+    /// Called when `link` changes (the metric `paird_mqtt_connected`).
+    var onLink: (Link) -> Void = { _ in }
+
+    /// The link as `pairctl status` shows it: `connecting` (the first attempt since paird
+    /// started), `connected`, `away` (lost, unreachable or refused; tried again with the backoff).
+    enum Link: String { case connecting, connected, away }
+    private(set) var link = Link.connecting
+    /// When `link` became what it is (paird's clock: `now`).
+    private(set) var linkSince: Moment
+    /// Why it is away (nil unless `link` is `away`).
+    private(set) var awayWhy: String?
+    /// The broker's refusal, kept for the `closed` that follows it.
+    private var refusal: String?
+    private let now: () -> Moment
+
+    private func set(_ l: Link, why: String? = nil) {
+        awayWhy = why
+        guard l != link else { return }
+        link = l
+        linkSince = now()
+        onLink(l)
+    }
 
     var statusTopic: String { "\(settings.topicPrefix)/status" }
 
     /// `settings` resolved (`MQTTSettings.resolved`). Throws when libmosquitto cannot be loaded
     /// or refuses the settings.
-    init(settings: MQTTSettings, password: String?, loop: EventLoop, log: Log) throws {
+    init(settings: MQTTSettings, password: String?, loop: EventLoop, log: Log, now: @escaping () -> Moment) throws {
         self.settings = settings
         self.loop = loop
         self.log = log
+        self.now = now
+        linkSince = now()
         if let why = Self.loadLibrary() { throw SystemError("libmosquitto cannot be loaded (\(why)): install libmosquitto1", ENOENT) }
         _ = pmq_lib_init()
         guard let c = pmq_new(settings.clientId, true, nil) else { throw SystemError("mosquitto_new failed", errno) }
@@ -47,6 +72,9 @@ final class MQTTClient {
         var rc = pmq_will_set(c, "\(settings.topicPrefix)/status", Int32(offline.count), offline, 1, true)
         if rc == PMQ_ERR_SUCCESS, !settings.username.isEmpty {
             rc = pmq_username_pw_set(c, settings.username, password)
+        }
+        if rc == PMQ_ERR_SUCCESS, settings.tls {
+            rc = settings.caFile.isEmpty ? pmq_tls_set(c, nil, "/etc/ssl/certs") : pmq_tls_set(c, settings.caFile, nil)
         }
         if rc != PMQ_ERR_SUCCESS {
             pmq_destroy(c)
@@ -103,7 +131,10 @@ final class MQTTClient {
     }
 
     private func describe(_ rc: Int32) -> String {
-        rc == PMQ_ERR_ERRNO ? String(cString: strerror(errno)) : String(cString: pmq_strerror(rc))
+        if rc == PMQ_ERR_TLS, settings.tls {
+            return "TLS handshake failed: the broker's certificate is not signed by \(settings.caFile.isEmpty ? "a CA in /etc/ssl/certs" : "CAFile \(settings.caFile)") or does not name \(settings.host)"
+        }
+        return rc == PMQ_ERR_ERRNO ? String(cString: strerror(errno)) : String(cString: pmq_strerror(rc))
     }
 
     private func attempt() {
@@ -124,10 +155,13 @@ final class MQTTClient {
             let why = String(cString: pmq_connack_string(rc))
             if !awaySaid { log.error("mqtt: broker \(settings.host):\(settings.port) refused paird: \(why) (see [MQTT] Username and PasswordFile)") }
             awaySaid = true
+            refusal = "refused: \(why)"
+            set(.away, why: refusal)
             backoff = Self.backoffMax   // a refusal is not answered by trying again every second
             return
         }
         connected = true
+        set(.connected)
         backoff = Self.backoffInitial
         log.info("mqtt: connected to \(settings.host):\(settings.port) as \(settings.clientId), publishing under \(settings.topicPrefix)/")
         awaySaid = false
@@ -142,10 +176,13 @@ final class MQTTClient {
         connected = false
         guard !stopped else { return }
         if was { log.warning("mqtt: lost the broker \(settings.host):\(settings.port) (\(describe(rc))); reconnecting with a backoff up to 60 s"); awaySaid = true }
-        away(describe(rc))
+        let why = refusal ?? describe(rc)
+        refusal = nil
+        away(why)
     }
 
     private func away(_ why: String) {
+        set(.away, why: why)
         if !awaySaid {
             log.warning("mqtt: broker \(settings.host):\(settings.port) unreachable (\(why)); trying again with a backoff up to 60 s, said again once connected")
             awaySaid = true
@@ -169,8 +206,16 @@ final class MQTTClient {
     }
 
     private func ready(_ e: IOEvents) {
-        if e.contains(.write), pmq_socket(client) >= 0 { _ = pmq_loop_write(client, 1) }
-        if !e.isDisjoint(with: [.read, .hangup, .error]), pmq_socket(client) >= 0 { _ = pmq_loop_read(client, 1) }
+        var rc = PMQ_ERR_SUCCESS
+        if e.contains(.write), pmq_socket(client) >= 0 { rc = pmq_loop_write(client, 1) }
+        if !e.isDisjoint(with: [.read, .hangup, .error]), pmq_socket(client) >= 0 {
+            let r = pmq_loop_read(client, 1)
+            if rc == PMQ_ERR_SUCCESS { rc = r }
+        }
+        // A link that fails before CONNACK (a TLS handshake refused) is closed by libmosquitto
+        // without its disconnect callback: handled here as that callback would (which, when it
+        // did come, scheduled the retry already).
+        if rc != PMQ_ERR_SUCCESS, pmq_socket(client) < 0, retry == nil, !stopped { closed(rc) }
         sync()
     }
 

@@ -26,6 +26,7 @@ public final class WearableMetrics {
         public static let notifications = "paird_wearable_notifications_total"
         public static let crashes = "paird_bluetoothd_crashes_total"
         public static let notRecorded = "paird_history_not_recorded_total"
+        public static let mqttConnected = "paird_mqtt_connected"
     }
 
     static let help: [String: String] = [
@@ -36,6 +37,7 @@ public final class WearableMetrics {
         Name.battery: "The last Battery Level read or notified, percent.",
         Name.notifications: "Notifications received from the wearable, every characteristic.",
         Name.crashes: "bluetoothd exits that systemd called a crash.",
+        Name.mqttConnected: "1 while paird is connected to the MQTT broker of [MQTT], else 0 (absent without [MQTT]).",
         Name.notRecorded: "Availability records that could not be written (a full disk): each span of them is a not-recorded line once it can be.",
     ]
 
@@ -92,6 +94,15 @@ public final class WearableMetrics {
     public init() {
         crashes = registry.makeCounter(name: Name.crashes, help: Self.help[Name.crashes]!)
         notRecordedCounter = registry.makeCounter(name: Name.notRecorded, help: Self.help[Name.notRecorded]!)
+    }
+
+    private var mqttGauge: Gauge?
+
+    /// paird's link to the MQTT broker (`[MQTT]`): the gauge made at the first call.
+    public func mqtt(connected: Bool) {
+        if mqttGauge == nil { mqttGauge = registry.makeGauge(name: Name.mqttConnected, labels: [], help: Self.help[Name.mqttConnected]!) }
+        mqttGauge!.set(to: connected ? 1 : 0)
+        onChange()
     }
 
     /// `count` availability records could not be written.

@@ -14,11 +14,34 @@ public struct StatusDocument: Codable, Sendable, Hashable {
         /// Why the last write of the state file failed (nil while it is written): the intents
         /// since then are not on disk and would not survive a restart.
         public var stateFileError: String?
-        public init(running: Bool, version: String? = nil, error: String? = nil, stateFileError: String? = nil) {
+        /// The link to the MQTT broker (absent: `[MQTT]` is not set).
+        public var mqtt: MQTTLink?
+        public init(running: Bool, version: String? = nil, error: String? = nil, stateFileError: String? = nil, mqtt: MQTTLink? = nil) {
             self.running = running
             self.version = version
             self.error = error
             self.stateFileError = stateFileError
+            self.mqtt = mqtt
+        }
+    }
+
+    /// paird's link to the MQTT broker of `[MQTT]`.
+    public struct MQTTLink: Codable, Sendable, Hashable {
+        /// `connecting` (the first attempt since paird started), `connected`, `away` (lost,
+        /// unreachable or refused: tried again with a backoff up to 60 s), `off` (set, but not
+        /// started: `error` says why).
+        public var state: String
+        /// `host:port`.
+        public var broker: String
+        /// When it became `state` (null for `off`).
+        public var since: Date?
+        /// Why it is `away` or `off` (null otherwise).
+        public var error: String?
+        public init(state: String, broker: String, since: Date?, error: String?) {
+            self.state = state
+            self.broker = broker
+            self.since = since
+            self.error = error
         }
     }
 

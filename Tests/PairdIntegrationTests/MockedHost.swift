@@ -177,6 +177,39 @@ final class MockedHost {
         try must(python("b.get_object('org.bluez', '\(devicePath(address))').UpdateProperties('org.bluez.Device1', {\(props)}, dbus_interface='org.freedesktop.DBus.Mock')"), "UpdateProperties")
     }
 
+    /// GATT objects under the wearable, announced as bluetoothd does (InterfacesAdded from `/`):
+    /// a service and, for each `(uuid, object)` of `characteristics`, a notifying characteristic
+    /// `<device>/service0010/<object>` whose StartNotify and StopNotify do nothing. Add them
+    /// before services resolve (`pairWatch(added: true)`), so that paird subscribes. Not
+    /// reproduced: `Notifying` turning true on StartNotify, reads, the ATT layer.
+    func addGatt(_ address: String = MockedHost.watch, characteristics: [(uuid: String, object: String)]) throws {
+        let service = devicePath(address) + "/service0010"
+        var code = """
+            m = dbus.Interface(b.get_object('org.bluez', '/'), 'org.freedesktop.DBus.Mock')
+            def add(path, iface, props, methods):
+                m.AddObject(path, iface, props, methods)
+                m.EmitSignal('org.freedesktop.DBus.ObjectManager', 'InterfacesAdded', 'oa{sa{sv}}', [dbus.ObjectPath(path), dbus.Dictionary({iface: dbus.Dictionary(props, signature='sv')}, signature='sa{sv}')])
+            add('\(service)', 'org.bluez.GattService1', {'UUID': '\(ServiceUUID.heartRate)', 'Primary': True, 'Device': dbus.ObjectPath('\(devicePath(address))')}, [])
+
+            """
+        for c in characteristics {
+            code += """
+                add('\(service)/\(c.object)', 'org.bluez.GattCharacteristic1', {'UUID': '\(c.uuid)', 'Service': dbus.ObjectPath('\(service)'), 'Value': dbus.Array([], signature='y'), 'Notifying': False, 'Flags': dbus.Array(['notify'], signature='s')}, [('StartNotify', '', '', ''), ('StopNotify', '', '', '')])
+
+                """
+        }
+        try must(python(code), "AddObject GATT")
+    }
+
+    /// The characteristic `object` (of `addGatt`) notifies `value`: its `Value` in a
+    /// PropertiesChanged, as bluetoothd sends each notification.
+    func notifyValue(_ object: String, _ value: [UInt8], of address: String = MockedHost.watch) throws {
+        let bytes = value.map { "dbus.Byte(\($0))" }.joined(separator: ", ")
+        try must(python("""
+            b.get_object('org.bluez', '\(devicePath(address))/service0010/\(object)').EmitSignal('org.freedesktop.DBus.Properties', 'PropertiesChanged', 'sa{sv}as', ['org.bluez.GattCharacteristic1', {'Value': dbus.Array([\(bytes)], signature='y', variant_level=1)}, dbus.Array([], signature='s')], dbus_interface='org.freedesktop.DBus.Mock')
+            """), "EmitSignal PropertiesChanged Value")
+    }
+
     /// How many times paird called a method of the adapter (hci0).
     func adapterCalls(_ method: String) -> Int {
         let r = python("print(len(b.get_object('org.bluez', '/org/bluez/hci0').GetMethodCalls('\(method)', dbus_interface='org.freedesktop.DBus.Mock')))")

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import PairCtlCommands
+import PairingCore
 
 @Suite("pairctl watch: decoding Heart Rate Measurement and Battery Level")
 struct CharacteristicTests {

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Paird
+import PairingCore
 
 @Suite("paird.conf [MQTT]")
 struct MQTTConfigTests {
@@ -26,13 +27,19 @@ struct MQTTConfigTests {
         #expect(e.isEmpty && c.mqtt.host == "127.0.0.1" && c.mqtt.port == 1884)
         (c, e) = parse("Broker = mqtt://[::1]:1885\n")
         #expect(e.isEmpty && c.mqtt.host == "::1" && c.mqtt.port == 1885)
+        (c, e) = parse("Broker = mqtts://broker.lan\n")
+        #expect(e.isEmpty && c.mqtt.host == "broker.lan" && c.mqtt.port == 8883 && c.mqtt.tls)
+        (c, e) = parse("Broker = mqtts://127.0.0.1:18883\nCAFile = /etc/paird/ca.pem\n")
+        #expect(e.isEmpty && c.mqtt.port == 18883 && c.mqtt.tls && c.mqtt.caFile == "/etc/paird/ca.pem")
+        #expect(!parse("Broker = mqtt://h\n").0.mqtt.tls)
         (c, e) = parse("Broker =\n")
         #expect(e.isEmpty && !c.mqtt.enabled)
     }
 
     @Test("bad values are refused, each with its line and why", arguments: [
         ("Broker = tcp://h:1883", "Broker must be mqtt://"),
-        ("Broker = mqtts://h:8883", "TLS) is not supported yet"),
+        ("Broker = ssl://h:8883", "Broker must be mqtt://"),
+        ("CAFile = ca.pem", "CAFile must be an absolute path"),
         ("Broker = mqtt://h:0", "port must be a number"),
         ("Broker = mqtt://h:99999", "port must be a number"),
         ("Broker = mqtt://", "host name or address"),
@@ -95,5 +102,39 @@ struct MQTTConfigTests {
         let odd = Daemon.stateJSON("x", reason: "a\"b\\c\u{1}")
         let doc = try JSONSerialization.jsonObject(with: Data(odd.utf8)) as? [String: String]
         #expect(doc?["reason"] == "a\"b\\c\u{1}")
+    }
+
+    @Test("notifications: heart rate as its bpm (decoded as pairctl watch does), others and malformed heart rate as data/<uuid> in hex, Battery Level none")
+    func notificationPayloads() {
+        let hrm = ServiceUUID.heartRateMeasurement
+        #expect(Daemon.notificationMessage(characteristic: hrm, value: [0x06, 0x48])! == ("heart_rate", "72"))
+        // uint16 rate, contact, energy, RR: the bpm alone.
+        #expect(Daemon.notificationMessage(characteristic: hrm, value: [0x1F, 0x2C, 0x01, 0x0C, 0x00, 0x40, 0x03])! == ("heart_rate", "300"))
+        // Malformed (flags say uint16, one byte): not a bpm, its hex on the data topic.
+        #expect(Daemon.notificationMessage(characteristic: hrm, value: [0x01, 0x48])! == ("data/\(hrm)", "0148"))
+        let vendor = "6e400003-b5a3-f393-e0a9-e50e24dcca9e"
+        #expect(Daemon.notificationMessage(characteristic: vendor, value: [0x00, 0xAB, 0xFF])! == ("data/\(vendor)", "00abff"))
+        #expect(Daemon.notificationMessage(characteristic: vendor, value: [])! == ("data/\(vendor)", ""))
+        #expect(Daemon.notificationMessage(characteristic: ServiceUUID.batteryLevel, value: [87]) == nil)
+    }
+
+    @Test("--check-config: CAFile must be readable, and only with mqtts://")
+    func caFileChecked() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("paird-mqtt-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let conf = dir.appendingPathComponent("paird.conf").path
+        let ca = dir.appendingPathComponent("ca.pem").path
+        func check(_ body: String) throws -> [DaemonConfig.Error] {
+            try ("[MQTT]\n" + body).write(toFile: conf, atomically: true, encoding: .utf8)
+            return DaemonConfig.check(path: conf).errors.filter { $0.problem.contains("CAFile") }
+        }
+        var e = try check("Broker = mqtts://127.0.0.1\nCAFile = \(ca)\n")
+        #expect(e.count == 1 && e.first?.line == 3 && e.first?.problem.contains("No such file") == true, "\(e)")
+        try "-----BEGIN CERTIFICATE-----\n".write(toFile: ca, atomically: true, encoding: .utf8)
+        e = try check("Broker = mqtts://127.0.0.1\nCAFile = \(ca)\n")
+        #expect(e.isEmpty, "\(e)")
+        e = try check("Broker = mqtt://127.0.0.1\nCAFile = \(ca)\n")
+        #expect(e.first?.problem.contains("use mqtts://") == true, "\(e)")
     }
 }

@@ -307,4 +307,16 @@ struct MetricsTests {
         try "[Metrics]\nTextfile = \(dir)/paird.prom\n".write(toFile: conf, atomically: true, encoding: .utf8)
         #expect(DaemonConfig.check(path: conf).warnings.isEmpty)
     }
+
+    @Test("paird_mqtt_connected: absent until [MQTT] says, then 1 while connected, 0 while away")
+    func mqttConnected() {
+        let m = WearableMetrics()
+        #expect(samples(m.render())["paird_mqtt_connected"] == nil)
+        m.mqtt(connected: false)
+        #expect(samples(m.render())["paird_mqtt_connected"] == 0)
+        m.mqtt(connected: true)
+        #expect(samples(m.render())["paird_mqtt_connected"] == 1)
+        m.mqtt(connected: false)
+        #expect(samples(m.render())["paird_mqtt_connected"] == 0)
+    }
 }

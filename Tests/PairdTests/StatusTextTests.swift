@@ -123,4 +123,19 @@ struct StatusTextTests {
         let bare = StatusText.fit("", [String(repeating: "word ", count: 12).trimmingCharacters(in: .whitespaces)], width: 40)
         #expect(bare.first?.hasPrefix("word") == true && bare.dropFirst().allSatisfy { $0.hasPrefix("  word") }, "\(bare)")
     }
+
+    @Test("[MQTT]'s link: a line only when it is set, connected or away (why, since when), off (why); its JSON round-trips")
+    func mqttLink() throws {
+        var doc = StatusDocument(daemon: .init(running: true), adapter: .init(name: "hci0", address: "00:01:02:03:04:05", powered: true, present: true),
+                                 pairing: nil, devices: [])
+        #expect(!StatusText.render(doc, now: now).contains("mqtt"), "no line without [MQTT]")
+        doc.daemon.mqtt = .init(state: "connected", broker: "127.0.0.1:1883", since: now.addingTimeInterval(-180), error: nil)
+        #expect(StatusText.render(doc, now: now).contains("mqtt: connected to 127.0.0.1:1883, since 3 min ago"), "\(StatusText.render(doc, now: now))")
+        doc.daemon.mqtt = .init(state: "away", broker: "127.0.0.1:1883", since: now.addingTimeInterval(-120), error: "Connection refused")
+        #expect(StatusText.render(doc, now: now).contains("mqtt: AWAY from 127.0.0.1:1883 (Connection refused), since 2 min ago, trying again up to every 60 s"))
+        doc.daemon.mqtt = .init(state: "off", broker: "127.0.0.1:1883", since: nil, error: "libmosquitto cannot be loaded")
+        #expect(StatusText.render(doc, now: now).contains("mqtt: off (libmosquitto cannot be loaded)"))
+        let json = try JSONEncoder().encode(doc)
+        #expect(try JSONDecoder().decode(StatusDocument.self, from: json).daemon.mqtt == doc.daemon.mqtt)
+    }
 }

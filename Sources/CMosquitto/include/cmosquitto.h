@@ -38,10 +38,18 @@ void pmq_callbacks_set(struct mosquitto *m, void (*on_connect)(struct mosquitto 
 /// mosquitto_user_data_set: the `obj` the callbacks are given.
 void pmq_user_data_set(struct mosquitto *m, void *obj);
 
+/// mosquitto_tls_set(m, cafile, capath, NULL, NULL, NULL): TLS, the broker's certificate checked
+/// against the CAs of `cafile` (or, when NULL, of the directory `capath`) and its name against the
+/// host connected to; no client certificate.
+int pmq_tls_set(struct mosquitto *m, const char *cafile, const char *capath);
+
 /// libmosquitto's MOSQ_ERR_NO_CONN: not connected.
 #define PMQ_ERR_NO_CONN 4
 /// libmosquitto's MOSQ_ERR_ERRNO: the error is in errno.
 #define PMQ_ERR_ERRNO 14
 #define PMQ_ERR_SUCCESS 0
+/// libmosquitto's MOSQ_ERR_TLS: a TLS error (the handshake failed: the broker's certificate not
+/// trusted, or not for that host).
+#define PMQ_ERR_TLS 8
 
 #endif

@@ -1,4 +1,4 @@
-/// What `pairctl watch` makes of a notification's value: the standard characteristics it knows,
+/// What `pairctl watch` (and paird's MQTT `heart_rate` topic) makes of a notification's value: the standard characteristics it knows,
 /// decoded; anything else (and a value too short or too long for its characteristic) is left
 /// to its hex. Pure: no I/O, never traps on any input.
 public enum Characteristic {
