@@ -93,6 +93,19 @@ def watch_bpms(watch):
     return out
 
 
+def lib_rss_kb(pid, names=("libmosquitto", "libssl", "libcrypto")):
+    """Rss (kB) of the mappings of the libraries [MQTT] brings, from /proc/PID/smaps."""
+    total, current = 0, None
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            head = line.split()
+            if head and "-" in head[0] and len(head) >= 5:   # a mapping's first line
+                current = head[5] if len(head) > 5 else ""
+            elif line.startswith("Rss:") and current and any(n in current for n in names):
+                total += int(head[1])
+    return total
+
+
 def rss_kb(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -130,6 +143,7 @@ def main():
         wait_for(lambda: len(sub.messages(hr_topic())) >= n0 + 3, 20, "3 heart_rate messages")
         bed_sleep(max(0.0, WINDOW_S - (now() - t0)), "the strap notifies at 1 Hz; the window is measured")
         cpu_on, dt_on, rss_on = p.cpu()[0] - cpu0, now() - t0, rss_kb(p.pid())
+        libs_on = lib_rss_kb(p.pid())
         got = [int(m[2]) for m in sub.messages(hr_topic())]
         check(len(got) >= 5, f"at least 5 values on {hr_topic()}: {got}")
         check(all(HR_LO <= v < HR_LO + HR_N for v in got), f"every value one the strap sends (60..99): {got}")
@@ -186,7 +200,8 @@ def main():
         bed_sleep(WINDOW_S, "the strap notifies at 1 Hz; paird without [MQTT]")
         cpu_off, dt_off, rss_off = p.cpu()[0] - cpu0, now() - t0, rss_kb(p.pid())
         log(f"MEASURED paird at 1 Hz, one strap, under TCG: with [MQTT] {cpu_on:.2f} CPU-s in {dt_on:.1f} s, "
-            f"VmRSS {rss_on / 1024:.1f} MB; without {cpu_off:.2f} CPU-s in {dt_off:.1f} s, VmRSS {rss_off / 1024:.1f} MB "
+            f"VmRSS {rss_on / 1024:.1f} MB (libmosquitto, libssl and libcrypto resident {libs_on / 1024:.1f} MB of it); "
+            f"without {cpu_off:.2f} CPU-s in {dt_off:.1f} s, VmRSS {rss_off / 1024:.1f} MB "
             f"(libmosquitto is loaded only with [MQTT])")
         with open(f"/proc/{p.pid()}/maps") as f:
             check("libmosquitto" not in f.read(), "without [MQTT] paird has no libmosquitto mapped")
