@@ -11,7 +11,8 @@ waitingForDevice and then connected, and the values go on from where they stoppe
 one notification the strap tried as its link went). Home Assistant's heart-rate config is there.
 Printed, not asserted (tests never assert on timing): the largest gap between two received
 values outside the walk-away, and paird's CPU and VmRSS over the same window with [MQTT] and
-without it (the same paird restarted without it)."""
+without it (the same paird restarted without it). BED_X_MQTT_STRAPS=N (default 1; BED_CONTROLLERS=N+1)
+adds straps on hci2.., paired and notifying beside it, for the benchmark (BENCHMARKS §11)."""
 import os
 import subprocess
 
@@ -20,6 +21,7 @@ from bedlib import *
 PORT = 1883
 PREFIX = "paird/bed"
 WINDOW_S = 15   # each measuring window: ~15 notifications
+STRAPS = int(os.environ.get("BED_X_MQTT_STRAPS", "1"))
 HR_LO, HR_N = 60, 40   # the strap's bpm: 60..99, +1 per notification (bumble_wearable.py hr_loop)
 
 
@@ -85,10 +87,10 @@ def contiguous_in(part, whole):
     return any(whole[i:i + len(part)] == part for i in range(len(whole) - len(part) + 1))
 
 
-def watch_bpms(watch):
+def watch_bpms(watch, address):
     out = []
     for l in watch.lines("notify"):
-        if "(heart rate: " in l:
+        if f" {address} " in l and "(heart rate: " in l:
             out.append(int(l.split("(heart rate: ", 1)[1].split()[0]))
     return out
 
@@ -134,6 +136,16 @@ def main():
         ident = "paird_" + w.address.replace(":", "").lower()
         cfg = sub.last(f"homeassistant/sensor/{ident}/heart_rate/config") or ""
         check('"bpm"' in cfg and '"measurement"' in cfg, f"Home Assistant's heart-rate config: {cfg[:200]}")
+    others = []
+    for i in range(2, STRAPS + 1):
+        with step(f"strap {i} of {STRAPS} (hci{i}) paired, connected, its heart rate on the broker"):
+            o = Wearable.start(name=f"Pulse-{i}", adapter=f"hci{i}", sock=f"/run/bed/strap{i}.sock", profile="strap",
+                               extra=("--address", f"F3:5A:B1:00:01:{i:02X}"))
+            rc, out, err = p.pairctl("pair", "--name", f"Pulse-{i}", "--timeout", "30", timeout=120)
+            check(rc == 0, f"pairctl pair --name Pulse-{i}: exit {rc} {err.strip()}")
+            p.wait_state("connected", 30, address=o.address)
+            wait_for(lambda: sub.messages(f"{PREFIX}/{o.address}/heart_rate"), 20, f"Pulse-{i}'s heart_rate")
+            others.append(o)
 
     watch = p.watch()
     with step(f"{WINDOW_S} s of 1 Hz notifications: the broker's heart_rate values are the strap's, in order, none missing"):
@@ -151,7 +163,7 @@ def main():
         check(all(s == 1 for s in steps), f"each value the strap's next one (+1): {got}")
         # pairctl watch started after the first values: what it saw (less its last, which may be
         # ahead of the subscriber's file by a moment) is a run of the broker's values
-        seen = watch_bpms(watch)[:-1]
+        seen = watch_bpms(watch, w.address)[:-1]
         check(len(seen) >= 3 and contiguous_in(seen, got),
               f"the values pairctl watch showed from the same notifications are the broker's, in order: "
               f"watch {seen}, broker {got}")
@@ -161,13 +173,13 @@ def main():
         before = len(sub.messages(hr_topic()))
         t_away = now()
         w.cmd("walk-away")
-        p.wait_state("waitingForDevice", 20)
+        p.wait_state("waitingForDevice", 20, address=w.address)
         wait_for(lambda: sub.last(f"{PREFIX}/{w.address}/available") == "offline", 15, "available offline")
         wait_for(lambda: '"waitingForDevice"' in (sub.last(f"{PREFIX}/{w.address}/state") or ""), 15,
                  "state waitingForDevice")
         bed_sleep(5, "the strap stays away 5 s")
         w.cmd("come-back")
-        p.wait_state("connected", 60)
+        p.wait_state("connected", 60, address=w.address)
         wait_for(lambda: sub.last(f"{PREFIX}/{w.address}/available") == "online", 15, "available online again")
         wait_for(lambda: len(sub.messages(hr_topic())) >= before + 5, 30, "5 heart_rate values after the return")
         t_back = now()
@@ -194,12 +206,13 @@ def main():
         os.remove(p.config)
         p.config = None
         p.start()
-        p.wait_state("connected", 30)
+        for x in [w] + others:
+            p.wait_state("connected", 30, address=x.address)
         cpu0 = p.cpu()[0]
         t0 = now()
         bed_sleep(WINDOW_S, "the strap notifies at 1 Hz; paird without [MQTT]")
         cpu_off, dt_off, rss_off = p.cpu()[0] - cpu0, now() - t0, rss_kb(p.pid())
-        log(f"MEASURED paird at 1 Hz, one strap, under TCG: with [MQTT] {cpu_on:.2f} CPU-s in {dt_on:.1f} s, "
+        log(f"MEASURED paird at 1 Hz, {STRAPS} strap(s), under TCG: with [MQTT] {cpu_on:.2f} CPU-s in {dt_on:.1f} s, "
             f"VmRSS {rss_on / 1024:.1f} MB (libmosquitto, libssl and libcrypto resident {libs_on / 1024:.1f} MB of it); "
             f"without {cpu_off:.2f} CPU-s in {dt_off:.1f} s, VmRSS {rss_off / 1024:.1f} MB "
             f"(libmosquitto is loaded only with [MQTT])")
