@@ -18,6 +18,21 @@ WEARABLE_ADDR = "00:AA:01:01:00:01"  # hci1's public address: the BlueZ twin's (
 WEARABLE_IMPL = os.environ.get("BED_WEARABLE", "bumble")
 BUMBLE_PY = os.environ.get("BED_BUMBLE_PYTHON") or os.path.join(
     os.path.dirname(os.path.dirname(TESTBED)), ".build-testbed", "bumble-venv", "bin", "python")
+# BED_BUMBLE_HOST=1 (run-vm, opt-in): a Bumble wearable's Python runs on the host
+# (bumble_host.py, through qemu's user network), the guest keeping only bed-hci-relay, which takes
+# the controller and carries the HCI packets: the same Bumble, natively instead of under TCG.
+BUMBLE_ON_HOST = os.environ.get("BED_BUMBLE_HOST") == "1" and bool(os.environ.get("BED_HCI_RELAY"))
+HCI_RELAY = os.environ.get("BED_HCI_RELAY", "")
+
+
+def host_path(guest_path):
+    """A path under the bed's output directory, as the host sees it (BED_HOST_OUT)."""
+    rel = os.path.relpath(os.path.abspath(guest_path), OUT)
+    if rel.startswith(".."):
+        raise BedError(f"{guest_path} is not under {OUT}: the host cannot write it")
+    return os.path.join(os.environ["BED_HOST_OUT"], rel)
+
+
 # the Bumble wearables' key stores (a disk on a real device: paird_cold_boot keeps it)
 WEARABLE_STATE_DIR = "/var/lib/bed-wearable"
 
@@ -60,7 +75,22 @@ class Wearable:
         else:
             raise BedError(f"unknown wearable implementation {impl!r} (BED_WEARABLE=bumble|bluez)")
         args += (["--away"] if away else []) + list(extra)
-        log(f"wearable: {impl} {profile if impl == 'bumble' else 'twin'} on {adapter}")
+        where = ""
+        if impl == "bumble" and BUMBLE_ON_HOST and "--transport" not in args:
+            # Bumble runs on the host (bumble_host.py), natively; bed-hci-relay takes the
+            # controller here and carries its HCI packets and the control socket's lines
+            bargs = args[3:]
+            for opt in ("--socket", "--bumble-log"):   # the control socket is the relay's; logs: host paths
+                i = bargs.index(opt) if opt in bargs else -1
+                if opt == "--socket" and i >= 0:
+                    del bargs[i:i + 2]
+                elif i >= 0:
+                    bargs[i + 1] = host_path(bargs[i + 1])
+            spec = {"args": bargs, "log": host_path(logf.name), "keyspace": os.environ.get("BED_NAME", "run")}
+            take = bargs[bargs.index("--take-deadline") + 1] if "--take-deadline" in bargs else "15"
+            args = [HCI_RELAY, adapter.removeprefix("hci"), sock, take, json.dumps(spec)]
+            where = " (Bumble on the host, bed-hci-relay here)"
+        log(f"wearable: {impl} {profile if impl == 'bumble' else 'twin'} on {adapter}{where}")
         trace("wearable-start")
         proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT)
         w = cls(sock, proc, impl, profile if impl == "bumble" else "twin")

@@ -58,6 +58,7 @@ class Wearable(GattDatabase, Control):
         self.advertising = False
         self.conn = None
         self.passkey = self.compare = None
+        self.pair_delay = 0.0   # `pair-delay S`: seconds before answering a pairing request
         self.pending_service_changed = False
         self.adv_reports = 0
         self.rotations = []
@@ -211,7 +212,19 @@ class Wearable(GattDatabase, Control):
             self.stall_conn = None
         self.event("disconnected", device=addr_str(connection.peer_address), reason=f"0x{int(reason):02x}")
         if self.want_adv:
-            self.spawn(self.start_adv())
+            self.spawn(self.readvertise_after_drop())
+
+    async def readvertise_after_drop(self):
+        # --readvertise-delay: on the host (bumble_host.py) the wearable would be advertising again
+        # within ~60 ms of a drop, while the bed's bluetoothd, under TCG, takes ~0.5 s to handle
+        # that drop; the kernel's auto-connect then links again before bluetoothd is done with the
+        # old link, and bluetoothd never sets the new one up ("No matching connection"). On real
+        # hardware bluetoothd is done within milliseconds, before a wearable's next advertisement:
+        # the delay keeps that order (in the guest Bumble itself took 0.4-0.9 s).
+        if self.args.readvertise_delay > 0:
+            await asyncio.sleep(self.args.readvertise_delay)
+        if self.want_adv and self.conn is None:
+            await self.start_adv()
 
     def on_pairing_failure(self, connection, reason):
         self.event("pairing-failed", reason=f"0x{int(reason):02x}")
@@ -340,7 +353,16 @@ class Wearable(GattDatabase, Control):
     async def run(self):
         self.stopping = asyncio.Event()
         self.event("starting", profile=self.args.profile, name=self.name, hci=f"hci{self.args.hci}")
-        if self.args.transport:  # a controller outside the kernel (the arm64 probe: Bumble's own link layer)
+        if self.args.transport and self.args.transport.startswith("fd:"):
+            # on the host (bumble_host.py): hciN's user channel, taken in the guest by
+            # bed-hci-relay, as an H4 stream on this socket
+            transport = await open_fd_transport(int(self.args.transport[3:]))
+            self.event("controller", hci=hcidev_name(self.args.hci), user_channel=True,
+                       tries=self.args.relayed_tries, on="host")
+            # the relay gone (killed, or the VM ended): nothing is left to talk to
+            transport.source.terminated.add_done_callback(
+                lambda _: (self.event("relay-gone"), os._exit(3)))
+        elif self.args.transport:  # a controller outside the kernel (the arm64 probe: Bumble's own link layer)
             transport = await open_transport(self.args.transport)
             self.event("controller", transport=self.args.transport)
         else:
@@ -406,6 +428,23 @@ class Wearable(GattDatabase, Control):
         self.event("stopped")
 
 
+def hcidev_name(index):
+    return f"hci{index}"
+
+
+async def open_fd_transport(fd):
+    """An H4 stream on an inherited, connected socket (bumble_host.py's link to the guest)."""
+    import socket
+    from bumble.transport.common import StreamPacketSink, StreamPacketSource, Transport
+
+    class Source(StreamPacketSource):
+        def connection_lost(self, exc):
+            self.on_transport_lost()
+
+    t, source = await asyncio.get_running_loop().connect_accepted_socket(Source, sock=socket.socket(fileno=fd))
+    return Transport(source, StreamPacketSink(t))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--profile", default="strap", choices=sorted(PROFILES))
@@ -427,7 +466,11 @@ def main():
     p.add_argument("--reject-compare", action="store_true", help="watch-confirm: answer 'no'")
     p.add_argument("--passkey", type=int, default=None, help="watch-passkey: show this passkey (0..999999), not a random one")
     p.add_argument("--take-deadline", type=float, default=15.0)
-    p.add_argument("--transport", help="a Bumble HCI transport (tcp-client:HOST:PORT) instead of hciN's user channel")
+    p.add_argument("--transport", help="a Bumble HCI transport (tcp-client:HOST:PORT) instead of hciN's user channel; "
+                   "fd:N: an H4 stream on socket N (bumble_host.py, the wearable on the host)")
+    p.add_argument("--relayed-tries", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--readvertise-delay", type=float, default=0.0,
+                   help="s to wait after a link drop before advertising again (bumble_host.py: 0.5)")
     args = p.parse_args()
     ring = args.profile == "ring"
     if args.drop_every is None:

@@ -15,6 +15,7 @@ PKGS=(
   python3-venv                      # the Bumble wearable's venv (below)
   coreutils util-linux procps iproute2
   strace               # paird_day: holds paird's fsyncs so a kill -9 lands inside a record write
+  gcc libc6-dev        # the patched btvirt and bed-hci-relay (built once into the bed's cache)
 )
 
 # The guest kernel: Debian's 6.12 from bookworm-backports (linux-image-6.12.*-amd64), fetched as a
