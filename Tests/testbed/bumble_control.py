@@ -74,6 +74,13 @@ class Control:
             h = await self.hci_disconnect(0x13)
             await self.refresh_bonds()
             return {"removed": names, "handle": h}
+        if cmd == "pair-delay":
+            # the wearable takes S s to answer the next pairing requests (a slow firmware; a
+            # scenario that must act while the central's Pair() is in flight), 0: at once
+            if len(args) != 1:
+                raise ValueError("usage: pair-delay SECONDS")
+            self.pair_delay = float(args[0])
+            return {"pair_delay": self.pair_delay}
         if cmd == "battery":
             if len(args) != 1 or not args[0].isdigit() or int(args[0]) > 100:
                 raise ValueError("usage: battery 0..100")

@@ -1,6 +1,7 @@
 """The Bumble wearable's profiles and GATT database (a part of bumble_wearable.py, which runs it):
 the UUIDs, PROFILES, address helpers, the pairing Delegate, the event clock T0 and GattDatabase,
 the Wearable's GATT methods."""
+import asyncio
 import time
 
 from bumble import gatt, hci
@@ -56,7 +57,10 @@ class Delegate(PairingDelegate):
         self.w = w
 
     async def accept(self):
-        self.w.event("pairing-request")
+        delay = self.w.pair_delay
+        self.w.event("pairing-request", **({"delay": delay} if delay else {}))
+        if delay:   # `pair-delay S`: the central's Pair() stays in flight meanwhile
+            await asyncio.sleep(delay)
         return True
 
     async def confirm(self, auto=False):
