@@ -10,6 +10,13 @@ struct MQTTConfigTests {
         return (c, errors)
     }
 
+    /// A fresh directory of the test's own (the caller removes it).
+    func tempDir() throws -> URL {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("paird-mqtt-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        return dir
+    }
+
     @Test("absent: off, with the documented defaults")
     func defaults() {
         let c = DaemonConfig()
@@ -70,8 +77,7 @@ struct MQTTConfigTests {
 
     @Test("PasswordFile: refused unless 0600 or 0640 and owned by root or paird's user; the password is its first line")
     func passwordFile() throws {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("paird-mqtt-\(UUID().uuidString.prefix(8))")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let dir = try tempDir()
         defer { try? FileManager.default.removeItem(at: dir) }
         let pw = dir.appendingPathComponent("pw").path
         try "s3cret\nignored\n".write(toFile: pw, atomically: true, encoding: .utf8)
@@ -120,8 +126,7 @@ struct MQTTConfigTests {
 
     @Test("--check-config: CAFile must be readable, and only with mqtts://")
     func caFileChecked() throws {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("paird-mqtt-\(UUID().uuidString.prefix(8))")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let dir = try tempDir()
         defer { try? FileManager.default.removeItem(at: dir) }
         let conf = dir.appendingPathComponent("paird.conf").path
         let ca = dir.appendingPathComponent("ca.pem").path
