@@ -34,6 +34,9 @@ import subprocess
 import sys
 import time
 
+import bumble_dc_cache
+bumble_dc_cache.install(os.environ.get("BED_BUMBLE_DC_CACHE"))   # before Bumble: see its docstring
+
 from bumble import hci
 from bumble.core import AdvertisingData, UUID
 from bumble.device import Device, DeviceConfiguration
