@@ -93,7 +93,11 @@ def control(rundir, ident):
             try:
                 if conn is None:
                     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                    s.connect(path)
+                    try:
+                        s.connect(path)
+                    except OSError:
+                        s.close()
+                        raise
                     conn = (s, s.makefile("rb"))
                 conn[0].sendall(line)
                 reply = conn[1].readline()
