@@ -79,13 +79,11 @@ class Wearable:
         if impl == "bumble" and BUMBLE_ON_HOST and "--transport" not in args:
             # Bumble runs on the host (bumble_host.py), natively; bed-hci-relay takes the
             # controller here and carries its HCI packets and the control socket's lines
-            bargs = args[3:]
-            for opt in ("--socket", "--bumble-log"):   # the control socket is the relay's; logs: host paths
-                i = bargs.index(opt) if opt in bargs else -1
-                if opt == "--socket" and i >= 0:
-                    del bargs[i:i + 2]
-                elif i >= 0:
-                    bargs[i + 1] = host_path(bargs[i + 1])
+            bargs = args[3:]   # bumble_wearable.py's arguments, as built above
+            i = bargs.index("--socket")   # the control socket is the relay's, here
+            del bargs[i:i + 2]
+            i = bargs.index("--bumble-log")   # Bumble's log: where the host sees it
+            bargs[i + 1] = host_path(bargs[i + 1])
             spec = {"args": bargs, "log": host_path(logf.name), "keyspace": os.environ.get("BED_NAME", "run")}
             take = bargs[bargs.index("--take-deadline") + 1] if "--take-deadline" in bargs else "15"
             args = [HCI_RELAY, adapter.removeprefix("hci"), sock, take, json.dumps(spec)]

@@ -2,8 +2,8 @@
 
 Under TCG, importing Bumble takes 5-12 s of the guest's one vCPU, most of it compiling the
 generated methods (`__init__`, `__repr__`, `__eq__` …) of its ~350 dataclasses: `dataclasses`
-builds each one's source text and exec()s it. The text is the same in every run, so e2e.sh
-compiles it once on the host (`record`, natively, 0.5 s) into a marshal file in the bed's cache,
+builds each one's source text and exec()s it. The text is the same in every run, so run-vm
+compiles it once on the host (`record`, natively, 0.7 s) into a marshal file in the bed's cache,
 and bumble_wearable.py, in the guest, installs it before importing Bumble (`install`): a text
 found there gets its code object from the file, anything else is compiled as before.
 

@@ -360,7 +360,7 @@ class Wearable(GattDatabase, Control):
             # on the host (bumble_host.py): hciN's user channel, taken in the guest by
             # bed-hci-relay, as an H4 stream on this socket
             transport = await open_fd_transport(int(self.args.transport[3:]))
-            self.event("controller", hci=hcidev_name(self.args.hci), user_channel=True,
+            self.event("controller", hci=f"hci{self.args.hci}", user_channel=True,
                        tries=self.args.relayed_tries, on="host")
             # the relay gone (killed, or the VM ended): nothing is left to talk to
             transport.source.terminated.add_done_callback(
@@ -429,10 +429,6 @@ class Wearable(GattDatabase, Control):
             self.event("error", where="shutdown", error=f"{type(e).__name__}: {e}")
         await transport.close()
         self.event("stopped")
-
-
-def hcidev_name(index):
-    return f"hci{index}"
 
 
 async def open_fd_transport(fd):
