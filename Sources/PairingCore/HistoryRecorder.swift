@@ -63,6 +63,10 @@ public struct HistoryRecorder: Sendable {
             // The adapter's loss just before (bluetoothd powers it off as it stops) was bluetoothd's.
             var out: [HistoryRecord] = []
             for a in devices.keys.sorted(by: { $0.description < $1.description }) {
+                // Asleep: what the resume will restore is bluetoothd's, with no line until then.
+                if devices[a]!.reasonBeforeSleep == HistoryRecord.Reason.adapterGone, devices[a]!.beforeSleep == .down {
+                    devices[a]!.reasonBeforeSleep = HistoryRecord.Reason.bluetoothdGone
+                }
                 guard let d = devices[a], d.reason == HistoryRecord.Reason.adapterGone, causedNow(d, now) else { continue }
                 devices[a]!.reason = HistoryRecord.Reason.bluetoothdGone
                 out.append(HistoryRecord(kind: .reason, at: t, device: a.description, name: d.name,
@@ -74,7 +78,11 @@ public struct HistoryRecorder: Sendable {
             return []
         case .bluetoothdCrashed:
             var out: [HistoryRecord] = []
-            for a in devices.keys.sorted(by: { $0.description < $1.description }) where devices[a]!.reason == HistoryRecord.Reason.bluetoothdGone {
+            for a in devices.keys.sorted(by: { $0.description < $1.description }) {
+                if devices[a]!.reasonBeforeSleep == HistoryRecord.Reason.bluetoothdGone {
+                    devices[a]!.reasonBeforeSleep = HistoryRecord.Reason.bluetoothdCrash // asleep: said at the resume
+                }
+                guard devices[a]!.reason == HistoryRecord.Reason.bluetoothdGone else { continue }
                 devices[a]!.reason = HistoryRecord.Reason.bluetoothdCrash
                 out.append(HistoryRecord(kind: .reason, at: t, device: a.description, name: devices[a]!.name,
                                          reason: HistoryRecord.Reason.bluetoothdCrash))
@@ -147,6 +155,14 @@ public struct HistoryRecorder: Sendable {
             new = (.down, HistoryRecord.Reason.bondLost, r.reasonToken)
         case .state(.adapterUnavailable)?:
             let reason = bluetoothdGone ? HistoryRecord.Reason.bluetoothdGone : HistoryRecord.Reason.adapterGone
+            if asleep, d.condition == .unwanted, d.reason == HistoryRecord.Reason.hostAsleep {
+                // The adapter (or bluetoothd) gone while the host is asleep: the sleep is still
+                // left out; from the resume the wearable is down for this reason, until its link
+                // is back. (Debian 12's 6.1 kernel oopses bluetoothd as the suspend ends a link
+                // that is being set up.)
+                (d.beforeSleep, d.reasonBeforeSleep) = (.down, reason)
+                return []
+            }
             if d.condition == .away, d.reason == HistoryRecord.Reason.linkLoss, causedNow(d, now) {
                 // The link was lost moments before its adapter (or bluetoothd) went: their drop,
                 // not the wearable's (`DisconnectClassifier.causeWindow`). The drop's reason is

@@ -114,6 +114,36 @@ struct HistoryRecorderTests {
         #expect(r.records.last?.latency == 0, "the link came up and was set up at once (no time passed in between)")
     }
 
+    @Test("bluetoothd dying while the host is asleep: the whole sleep is still left out; from the resume it is down, bluetoothd's")
+    func bluetoothdCrashAsleep() {
+        // Seen on Debian 12's 6.1 kernel: the suspend ends a link being set up and the kernel
+        // oopses bluetoothd (hci_chan_del) two seconds into the sleep.
+        var r = connectedAt10()
+        let start = r.records.first!.at
+        r.h.advance(.seconds(6))
+        r.send(.hostSleeping)
+        #expect(r.records.last?.condition == .unwanted && r.records.last?.reason == "host-asleep")
+        let count = r.records.count
+        r.h.advance(.seconds(2))
+        r.send(.bluetoothdLeft)
+        r.send(.adapterLost)
+        r.h.advance(.milliseconds(500))
+        r.send(.bluetoothdUnit(BluetoothdUnitState(activeState: "failed", result: "core-dump", execMainCode: 3, execMainStatus: 11, execMainStart: 100)))
+        r.send(.bluetoothdBack)
+        r.h.advance(.seconds(2))
+        r.send(.adapterReady([watch: BlueZDeviceView(connected: false)]))
+        #expect(r.records.count == count, "nothing written while asleep: \(r.records.suffix(from: count))")
+        r.h.advance(.seconds(4))
+        r.send(.hostResumed)
+        #expect(r.records.last == HistoryRecord(kind: .change, at: r.h.now.unixTime, device: watch.description, name: "Watch",
+                                                condition: .down, reason: "bluetoothd-crash"))
+        r.h.advance(.seconds(3))
+        r.linkComesUp(watch)
+        let a = HistoryAnalysis.analyse(r.records, device: watch.description, since: start, until: r.h.now.unixTime)
+        #expect(a.asleepSeconds == 8.5, "the sleep from its start to the resume: \(a.asleepSeconds)")
+        #expect(a.downSeconds == 3)
+    }
+
     @Test("the adapter going without bluetoothd leaving is adapter-gone; a lost bond is bond-lost with paird's reason")
     func adapterAndBond() {
         var r = connectedAt10()

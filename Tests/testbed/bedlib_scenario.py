@@ -112,6 +112,9 @@ def scenario(fn):
             except Exception as e:  # noqa: BLE001
                 print(f"(cleanup {c.__name__} failed: {e})", file=sys.stderr)
         ok = sum(1 for s in _steps if s[2])
+        if rc == 0 and skipped is None and (bug := kernel_bug()):
+            # Passed with the kernel's BUG in dmesg (Debian 12's 6.1 meets some): said, not hidden.
+            print(f"note: the kernel BUGged during this run ({bug}); every step passed regardless", flush=True)
         print(f"\n{ok}/{len(_steps)} steps passed in {now() - T0:.1f} s", flush=True)
         if skipped is not None and rc == 0:
             print(f"SKIPPED: {skipped}", flush=True)
