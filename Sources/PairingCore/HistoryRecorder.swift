@@ -63,10 +63,6 @@ public struct HistoryRecorder: Sendable {
             // The adapter's loss just before (bluetoothd powers it off as it stops) was bluetoothd's.
             var out: [HistoryRecord] = []
             for a in devices.keys.sorted(by: { $0.description < $1.description }) {
-                // Asleep: what the resume will restore is bluetoothd's, with no line until then.
-                if devices[a]!.reasonBeforeSleep == HistoryRecord.Reason.adapterGone, devices[a]!.beforeSleep == .down {
-                    devices[a]!.reasonBeforeSleep = HistoryRecord.Reason.bluetoothdGone
-                }
                 guard let d = devices[a], d.reason == HistoryRecord.Reason.adapterGone, causedNow(d, now) else { continue }
                 devices[a]!.reason = HistoryRecord.Reason.bluetoothdGone
                 out.append(HistoryRecord(kind: .reason, at: t, device: a.description, name: d.name,
