@@ -75,7 +75,7 @@ e2e: release deb bluez-builds
 	Tests/testbed/e2e.sh --all $(foreach v,$(BLUEZ_VERSIONS),$(addprefix $(v):,$(E2E_CI_CORE))) $(E2E_KERNEL_ALL)
 
 ## e2e-ci: what CI runs (`make test`): make e2e less E2E_CI_SKIP (paird_factory_reset_systemd and _two; paird_away_long, five minutes
-## away: docs/development.md, "What runs where"); one queue, E2E_JOBS VMs at a time (2), longest first; one
+## away: docs/development.md, "What runs where"); one queue, E2E_JOBS VMs at a time (3), longest first; one
 ## summary with each run's time, the longest runs and the tier's share of CI's 90 minutes.
 ## bluez_direct (BlueZ alone, on the twin: no paird in it) is out of CI for now: it failed both tries in the
 ## clean clone of 17aabae (2026-11-28: ServicesResolved never true after a Connect(), once after a walk
