@@ -19,9 +19,9 @@ import PackageDescription
 // package's version (0.1.0+git263.48e976b). Only the one C file of CBuildInfo sees it, so a new
 // commit recompiles that file and relinks. Unset (plain `swift build`) or malformed: the code's
 // version, PairdAPI.version.
-// Without it (plain `swift build`), the checkout's commit, asked of git before every build by the
-// BuildCommit plugin (not `Context.gitInformation`, which SwiftPM caches with the manifest:
-// swiftlang/swift-package-manager#8202), so every build names its commit:
+// Without it (plain `swift build`), the checkout's commit, asked of git by the BuildCommit plugin
+// whenever git's HEAD, index or a source file changed (not `Context.gitInformation`, which SwiftPM
+// caches with the manifest: swiftlang/swift-package-manager#8202), so every build names its commit:
 // PairdAPI.version + "+g<commit>[.dirty]" (BuildInfo).
 func versionSafe(_ v: String) -> Bool {
     !v.isEmpty && v.utf8.count <= 100 && v.unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || ".+~-".unicodeScalars.contains($0)) }
