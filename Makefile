@@ -142,7 +142,8 @@ VERSION      := $(shell sed -n 's/.*static let version = "\(.*\)"/\1/p' Sources/
 # The package version: the code's version, then git's count and commit (and .dirty for a tree
 # with uncommitted changes), so each commit's package upgrades the one before. The binaries carry
 # the same string (`--version`, D-Bus `Version`): every $(SWIFT) build here passes it as
-# PAIRD_VERSION (Package.swift gives it to CBuildInfo alone; plain `swift build`: the code's version).
+# PAIRD_VERSION (Package.swift gives it to CBuildInfo alone; plain `swift build`: the code's version and
+# the checkout's commit, from the BuildCommit plugin).
 DEB_VERSION  := $(VERSION)+git$(shell git rev-list --count HEAD 2>/dev/null || echo 0).$(shell git describe --always --dirty=.dirty 2>/dev/null || echo unknown)
 DIST          = .build/dist
 dist-docs: release

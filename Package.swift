@@ -19,18 +19,15 @@ import PackageDescription
 // package's version (0.1.0+git263.48e976b). Only the one C file of CBuildInfo sees it, so a new
 // commit recompiles that file and relinks. Unset (plain `swift build`) or malformed: the code's
 // version, PairdAPI.version.
-// Without it (plain `swift build`), the checkout's commit from SwiftPM's own git information, so
-// every build names its commit: PairdAPI.version + "+g<commit>[.dirty]" (BuildInfo).
+// Without it (plain `swift build`), the checkout's commit, asked of git by the BuildCommit plugin
+// whenever git's HEAD, index or a source file changed (not `Context.gitInformation`, which SwiftPM
+// caches with the manifest: swiftlang/swift-package-manager#8202), so every build names its commit:
+// PairdAPI.version + "+g<commit>[.dirty]" (BuildInfo).
 func versionSafe(_ v: String) -> Bool {
     !v.isEmpty && v.utf8.count <= 100 && v.unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || ".+~-".unicodeScalars.contains($0)) }
 }
 let buildVersion = Context.environment["PAIRD_VERSION"].flatMap { versionSafe($0) ? $0 : nil }
-let buildCommit = buildVersion == nil ? Context.gitInformation.flatMap { g -> String? in
-    let c = "g" + g.currentCommit.prefix(7) + (g.hasUncommittedChanges ? ".dirty" : "")
-    return versionSafe(c) ? c : nil
-} : nil
-let buildInfoDefines: [CSetting] = buildVersion.map { [.define("PAIRD_VERSION", to: "\"\($0)\"")] }
-    ?? buildCommit.map { [.define("PAIRD_COMMIT", to: "\"\($0)\"")] } ?? []
+let buildInfoDefines: [CSetting] = buildVersion.map { [.define("PAIRD_VERSION", to: "\"\($0)\"")] } ?? []
 
 let package = Package(
     name: "paird",
@@ -54,7 +51,8 @@ let package = Package(
         // libmosquitto, dlopen'd only when `[MQTT]` is set: paird builds and runs without it.
         .target(name: "CMosquitto"),
         .target(name: "CBuildInfo", cSettings: buildInfoDefines),
-        .target(name: "BuildInfo", dependencies: ["CBuildInfo", "PairingCore"]),
+        .target(name: "BuildInfo", dependencies: ["CBuildInfo", "PairingCore"], plugins: ["BuildCommit"]),
+        .plugin(name: "BuildCommit", capability: .buildTool()),
         .target(name: "EventLoop"),
         .target(name: "DBus", dependencies: ["CDBus", "EventLoop"]),
         .target(name: "BlueZ", dependencies: ["DBus", "EventLoop", "PairingCore"]),

@@ -5,9 +5,3 @@
 #endif
 
 const char *paird_build_version(void) { return PAIRD_VERSION; }
-
-#ifndef PAIRD_COMMIT
-#define PAIRD_COMMIT ""
-#endif
-
-const char *paird_build_commit(void) { return PAIRD_COMMIT; }

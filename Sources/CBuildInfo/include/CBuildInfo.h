@@ -5,7 +5,4 @@
    the Makefile sets it, reaches this target only (Package.swift), so a new commit relinks the
    binaries without rebuilding the rest. */
 const char *paird_build_version(void);
-/* Without PAIRD_VERSION: the checkout's commit as SwiftPM saw it ("g48e976b", ".dirty" after it
-   for uncommitted changes), or "" outside a git checkout. */
-const char *paird_build_commit(void);
 #endif
