@@ -44,22 +44,19 @@ if [[ -d /opt/swift-packages ]]; then
 fi
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 inside() { chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 TERM=dumb /bin/bash -c "$1"; }
+make_deb() { inside 'cd /root/paird && make deb' >>"$root.log" 2>&1 || { tail -40 "$root.log"; t "the $1 make deb FAILED"; exit 1; }; }
 t "no Swift in it: $(inside 'command -v swift swiftc || echo none on PATH')"
 t "what a person brings: apt-get install make git"
 inside 'apt-get -q update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get -q install -y --no-install-recommends make git ca-certificates >/dev/null'
 [[ -d /opt/swift-packages ]] && inside 'git config --global url./opt/swift-packages/.insteadOf https://github.com/; git config --global --add safe.directory "*"'
 t "git clone of $(git -C "$src" rev-parse --short HEAD), then make deb (log: $root.log)"
 inside 'git clone -q /clone-from /root/paird && cd /root/paird && git log --oneline -1'
-if ! inside 'cd /root/paird && make deb' >>"$root.log" 2>&1; then
-  tail -40 "$root.log"; t "make deb FAILED"; exit 1
-fi
+make_deb first
 grep -E '^make deb:|^\[[0-9]/4\]|build-amd64:|sid-chroot: made|made in' "$root.log" || true
 t "make deb done (the first run)"
 # A second run, as after a `git pull`: a new commit, everything cached.
 inside 'cd /root/paird && git -c user.name=try -c user.email=try@localhost commit -q --allow-empty -m "a new commit" && git log --oneline -1'
-if ! inside 'cd /root/paird && make deb' >>"$root.log" 2>&1; then
-  tail -40 "$root.log"; t "the second make deb FAILED"; exit 1
-fi
+make_deb second
 mkdir -p "$out"; rm -f "$out"/*.deb
 cp "$root"/root/paird/.build/deb/paird_*_amd64.deb "$out/"
 deb=$(ls "$out"/paird_*_amd64.deb)
