@@ -10,6 +10,7 @@ PKGS=(
   valgrind                                  # the D-Bus layer's leak check
   systemd                                   # systemd-analyze for the unit's security score
   dpkg-dev debhelper lintian binutils        # `make deb`: dpkg-buildpackage, dh, lintian, strip
+  debootstrap                               # `make deb` with swiftlang (make test's package): the sid chroot
   libmosquitto1 mosquitto-clients           # [MQTT]: the library paird dlopens; mosquitto_sub for the tests
   libcjson1 libdlt2 libwrap0 libcap2        # the libraries the unpacked mosquitto broker (below) links
 )
