@@ -5,8 +5,11 @@ built installs, enables and starts paird as its own user; `pairctl` from the pac
 wearable; `man pairctl`, `man 8 paird`, `man 5 paird.conf` render; bash completion completes;
 the journal catalog knows paird's MESSAGE_IDs; installing the package over itself keeps the
 wearable and the service; `dpkg --purge` leaves nothing of paird behind (files, unit, user,
-state). The .deb: $BED_X_DEB, else the newest .build/deb/paird_*_amd64.deb of the repository."""
+state). The .deb: $BED_X_DEB, else the newest .build/deb/paird_*_amd64.deb of the repository.
+The package's changelog says which Swift built it (`make deb`); with $BED_X_DEB_BUILT_BY set (make
+test: "Debian's swiftlang", the package a stock Debian 12 builds) it must say that."""
 import glob
+import gzip
 import json
 import os
 import subprocess
@@ -74,6 +77,12 @@ def main():
         uid = [l.split()[1] for l in open(f"/proc/{pid}/status") if l.startswith("Uid:")][0]
         check(sh("id -u paird").strip() == uid, f"runs as user paird (uid {uid})")
         check(unit("ExecStart").find("/usr/sbin/paird") >= 0, "ExecStart=/usr/sbin/paird")
+        with gzip.open("/usr/share/doc/paird/changelog.gz", "rt") as f:
+            built = next((l.strip() for l in f if "Built from" in l), "")
+        log(f"the package's changelog: {built!r}")
+        want = os.environ.get("BED_X_DEB_BUILT_BY")
+        if want:
+            check(want in built, f"built by {want}")
     with step("pairctl pair --service 180d (the package's pairctl) → connected"):
         r = pairctl("pair", "--service", "180d", "--timeout", "20", timeout=90)
         for line in r.stdout.splitlines():

@@ -50,6 +50,8 @@ PAIRD_CROSS=$cross "$here/sid-chroot.sh" bash -c '
   export PKG_CONFIG_PATH=$PWD/$out/pkgconfig
   # (SwiftPM passes --sdk to clang only: swiftc gets -sdk itself. The resource dir is swift_static,
   # a whole one with the static runtime and its static-stdlib-args.lnk.)
+  # Which Swift built them, for the changelog of the package (make deb).
+  echo "Debian'"'"'s swiftlang in a sid chroot: $(swift --version 2>&1 | grep -m1 "Swift version")" > $out/built-by
   for p in paird pairctl; do
     swift build -c release --static-swift-stdlib --scratch-path $out --triple $T --sdk $S --pkg-config-path $PWD/$out/pkgconfig \
       -Xswiftc -sdk -Xswiftc $S -Xswiftc -resource-dir -Xswiftc $R -Xswiftc -use-ld=lld -Xcc --sysroot=$S \
