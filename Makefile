@@ -27,27 +27,29 @@ release: deps
 
 ## test: every tier — unit + integration (swift test), then end-to-end on the real-BlueZ test bed
 ## (e2e-ci); ends with the whole run's time against CI's 90 minutes (5400 s).
-## The package the end-to-end tier installs (paird_deb) is the one a stock Debian 12 builds: `make deb`
-## with Debian's swiftlang in the sid chroot (SWIFT_TOOLCHAIN=swiftlang; README, "Install"), not with the
-## Swift on PATH. It is built beside the unit tier, niced so that it takes what the tests leave idle, and
-## waited for before the end-to-end tier; its output is in $(TEST_DEB_LOG).
+## The binaries the end-to-end tier runs, and the package it installs (paird_deb), are the ones a stock
+## Debian 12 builds: `make deb` with Debian's swiftlang in the sid chroot (SWIFT_TOOLCHAIN=swiftlang;
+## README, "Install"), not the Swift on PATH, which builds and runs the unit tier. The package is built
+## beside the unit tier and waited for before the end-to-end tier; its output is in $(TEST_DEB_LOG).
 ## It also checks that the host was left as it was (Tests/testbed/host-fingerprint: /etc/apt and
 ## the installed kernels, before and after).
 TEST_DEB_LOG = .build/deb-swiftlang.log
+TEST_BIN     = $(CURDIR)/.build-amd64/x86_64-pc-linux-gnu/release
 test:
 	@t0=$$(date +%s); rc=0; fp=$$(mktemp); Tests/testbed/host-fingerprint save $$fp; \
 	$(MAKE) --no-print-directory deps || rc=1; \
 	$(SWIFT) package resolve >/dev/null || rc=1; \
 	mkdir -p .build; rm -f $(TEST_DEB_LOG) $(TEST_DEB_LOG).rc; \
-	echo "make test: building the package for the end-to-end tier beside the unit tier: make deb SWIFT_TOOLCHAIN=swiftlang (output: $(TEST_DEB_LOG))"; \
-	( s=$$(date +%s); nice -n 10 $(MAKE) --no-print-directory deb SWIFT_TOOLCHAIN=swiftlang >$(TEST_DEB_LOG) 2>&1; \
+	echo "make test: building the package and the end-to-end tier's binaries beside the unit tier: make deb SWIFT_TOOLCHAIN=swiftlang (output: $(TEST_DEB_LOG))"; \
+	( s=$$(date +%s); $(MAKE) --no-print-directory deb SWIFT_TOOLCHAIN=swiftlang >$(TEST_DEB_LOG) 2>&1; \
 	  echo "$$? $$(( $$(date +%s) - s ))" > $(TEST_DEB_LOG).rc ) & debpid=$$!; \
 	$(MAKE) --no-print-directory unit || rc=1; t1=$$(date +%s); \
 	wait $$debpid; read debrc debsecs < $(TEST_DEB_LOG).rc || debrc=1; t1d=$$(date +%s); \
 	if [ "$$debrc" = 0 ]; then grep -E '^make deb: .*building with|^build-amd64: .*( s to build|needs glibc)|^-rw' $(TEST_DEB_LOG); \
 	  echo "make test: the package in $$debsecs s beside the unit tier (waited $$((t1d - t1)) s after it)"; \
 	else echo "make test: make deb SWIFT_TOOLCHAIN=swiftlang failed (exit $$debrc); the end of $(TEST_DEB_LOG):"; tail -40 $(TEST_DEB_LOG); rc=1; fi; \
-	$(MAKE) --no-print-directory e2e-ci E2E_DEB= BED_X_DEB_BUILT_BY="Debian's swiftlang" || rc=1; t2=$$(date +%s); \
+	PAIRD_BIN=$(TEST_BIN)/paird PAIRCTL_BIN=$(TEST_BIN)/pairctl BLUEZ_PROBE_BIN=$(TEST_BIN)/bluez-probe BED_X_DEB_BUILT_BY="Debian's swiftlang" \
+	  $(MAKE) --no-print-directory e2e-ci E2E_RELEASE= E2E_DEB= || rc=1; t2=$$(date +%s); \
 	Tests/testbed/host-fingerprint check $$fp || rc=1; rm -f $$fp $$fp.diff; \
 	Tests/unit-failures $(UNIT_LOG); \
 	echo "make test: $$((t2 - t0)) s of CI's 5400 s ($$(( (t2 - t0) * 100 / 5400 ))%): builds, unit and integration $$((t1 - t0)) s, the swiftlang package $$debsecs s beside them and $$((t1d - t1)) s after, end-to-end $$((t2 - t1d)) s; exit $$rc"; \
@@ -58,7 +60,7 @@ test:
 ## Its output is kept in $(UNIT_LOG) too: `make test` names the failed tests again at its very end,
 ## after the end-to-end tier's summary, since CI shows only the tail of the output.
 UNIT_LOG = .build/unit-tests.log
-unit: deps release
+unit: deps
 	@mkdir -p .build; rm -f $(UNIT_LOG); \
 	PAIRD_VERSION=$(DEB_VERSION) bash -o pipefail -c '$(SWIFT) build --build-tests 2>&1 | tee -a $(UNIT_LOG)' && \
 	bash -o pipefail -c '$(SWIFT) test --skip-build 2>&1 | tee -a $(UNIT_LOG)'
@@ -109,9 +111,11 @@ E2E_CI_VERSIONS_CORE ?= paird_pair paird_away \
 ## Repetitions in CI: every kind of moment once or twice instead of the figures' counts (make e2e keeps
 ## the scenarios' defaults: 6 and 4 crashes, 10 + 3 re-pairings, 3 factory resets).
 E2E_CI_REPS   ?= BED_X_CRASHES=3 BED_X_REPAIR_ROUNDS=5 BED_X_WATCH_ROUNDS=2 BED_X_REPS=2
-## E2E_DEB: the package target e2e-ci builds first (`make test` builds it with swiftlang itself and passes E2E_DEB=).
-E2E_DEB ?= deb
-e2e-ci: release $(E2E_DEB) bluez-builds
+## E2E_RELEASE, E2E_DEB: what e2e-ci builds first (`make test` builds both with swiftlang itself, and passes
+## them empty with PAIRD_BIN, PAIRCTL_BIN and BLUEZ_PROBE_BIN).
+E2E_RELEASE ?= release
+E2E_DEB     ?= deb
+e2e-ci: $(E2E_RELEASE) $(E2E_DEB) bluez-builds
 	$(E2E_CI_REPS) E2E_SKIP="$(E2E_CI_SKIP)" Tests/testbed/e2e.sh --all $(foreach v,$(BLUEZ_VERSIONS),$(addprefix $(v):,$(E2E_CI_VERSIONS_CORE))) $(E2E_KERNEL_RUNS)
 
 ## e2e-all: everything make e2e runs, and the whole core subset (with paird_away_long, five

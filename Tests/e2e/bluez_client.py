@@ -16,15 +16,17 @@ import threading
 from bedlib import *
 
 REPO = os.environ.get("BED_REPO", "/work/main")
-_candidates = [os.environ.get("BLUEZ_PROBE_BIN"), os.environ.get("BED_X_BLUEZ_PROBE_BIN"),
-               os.path.join(REPO, ".build/release/bluez-probe"), os.path.join(REPO, ".build-bluez/release/bluez-probe")]
-PROBE = next((c for c in _candidates if c and os.access(c, os.X_OK)), _candidates[2])
+# One named in the environment is the one used (a missing one is an error, not a fallback).
+_named = os.environ.get("BLUEZ_PROBE_BIN") or os.environ.get("BED_X_BLUEZ_PROBE_BIN")
+_candidates = [os.path.join(REPO, ".build/release/bluez-probe"), os.path.join(REPO, ".build-bluez/release/bluez-probe")]
+PROBE = _named or next((c for c in _candidates if os.access(c, os.X_OK)), _candidates[0])
 
 
 class Probe:
     def __init__(self):
         if not os.access(PROBE, os.X_OK):
             raise BedError(f"no probe binary at {PROBE} (swift build -c release --product bluez-probe)")
+        log(f"probe: {PROBE}")
         self.log = open(os.path.join(OUT, "bluez-probe.log"), "a")
         self.proc = subprocess.Popen([PROBE, "--adapter", "hci0", "--name", "Pulse-1"],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

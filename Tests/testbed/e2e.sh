@@ -55,6 +55,7 @@ REPO=$(cd "$TB/../.." && pwd)
 OUTDIR=$(realpath -m "$REPO/testbed-out")
 export PAIRD_BIN=${PAIRD_BIN:-$REPO/.build/release/paird}
 export PAIRCTL_BIN=${PAIRCTL_BIN:-$REPO/.build/release/pairctl}
+echo "e2e: paird: $("$PAIRD_BIN" --version 2>&1 | head -1) ($PAIRD_BIN)"
 JOBS=${E2E_JOBS:-3}
 CI_LIMIT=${E2E_CI_LIMIT:-5400}
 RETRY_LIMIT=${E2E_RETRY_LIMIT:-2}

@@ -4,7 +4,8 @@
 # debian/cross/sid-chroot.sh) against a bookworm ARCH sysroot (debian/cross/sysroot.sh ARCH):
 #   arm64: cross-compiled, with swiftlang's arm64 runtime, into .build-arm64/aarch64-unknown-linux-gnu/
 #          release (stripped copies for the package in .build-arm64/deb-bin);
-#   amd64: into .build-amd64/x86_64-pc-linux-gnu/release (dh_strip strips them), and the
+#   amd64: into .build-amd64/x86_64-pc-linux-gnu/release (dh_strip strips them; bluez-probe too, which
+#          is not packaged: make test runs the whole end-to-end tier on these three), and the
 #          manual pages and completions of `make dist-docs` made from them into .build/dist (no
 #          Swift on the host: `make deb` with SWIFT_TOOLCHAIN=swiftlang or no Swift ≥ 6.2 on PATH).
 # glibc-compat.o (debian/cross/glibc-compat.c) stands in for what sid's runtime needs of glibc 2.38+.
@@ -52,7 +53,9 @@ PAIRD_CROSS=$cross "$here/sid-chroot.sh" bash -c '
   # a whole one with the static runtime and its static-stdlib-args.lnk.)
   # Which Swift built them, for the changelog of the package (make deb).
   echo "Debian'"'"'s swiftlang in a sid chroot: $(swift --version 2>&1 | grep -m1 "Swift version")" > $out/built-by
-  for p in paird pairctl; do
+  # amd64: bluez-probe as well, for the bed (make test runs the whole end-to-end tier on these binaries).
+  products="paird pairctl"; [[ $arch != amd64 ]] || products+=" bluez-probe"
+  for p in $products; do
     swift build -c release --static-swift-stdlib --scratch-path $out --triple $T --sdk $S --pkg-config-path $PWD/$out/pkgconfig \
       -Xswiftc -sdk -Xswiftc $S -Xswiftc -resource-dir -Xswiftc $R -Xswiftc -use-ld=lld -Xcc --sysroot=$S \
       -Xlinker $PWD/$out/glibc-compat.o --product $p
