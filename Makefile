@@ -30,32 +30,37 @@ release: deps
 ## The binaries the end-to-end tier runs, and the package it installs (paird_deb), are the ones a stock
 ## Debian 12 builds: `make deb` with Debian's swiftlang in the sid chroot (SWIFT_TOOLCHAIN=swiftlang;
 ## README, "Install"), not the Swift on PATH, which builds and runs the unit tier. The package is built
-## beside the unit tier and waited for before the end-to-end tier; its output is in $(TEST_DEB_LOG).
+## beside the unit tier and waited for before the end-to-end tier; its output is in $(TEST_DEB_LOG). The bed's
+## own set-up (packages, BlueZ builds, kernels: what a cold machine fetches and builds) runs beside them too.
 ## It also checks that the host was left as it was (Tests/testbed/host-fingerprint: /etc/apt and
 ## the installed kernels, before and after).
 TEST_DEB_LOG = .build/deb-swiftlang.log
+TEST_BED_LOG = .build/bed-setup.log
 TEST_BIN     = $(CURDIR)/.build-amd64/x86_64-pc-linux-gnu/release
 test:
 	@t0=$$(date +%s); rc=0; fp=$$(mktemp); Tests/testbed/host-fingerprint save $$fp; \
 	$(MAKE) --no-print-directory deps || rc=1; \
 	$(SWIFT) package resolve >/dev/null || rc=1; \
-	mkdir -p .build; rm -f $(TEST_DEB_LOG) $(TEST_DEB_LOG).rc; \
+	mkdir -p .build; rm -f $(TEST_DEB_LOG) $(TEST_DEB_LOG).rc $(TEST_BED_LOG) $(TEST_BED_LOG).rc; \
 	echo "make test: building the package and the end-to-end tier's binaries beside the unit tier: make deb SWIFT_TOOLCHAIN=swiftlang (output: $(TEST_DEB_LOG))"; \
 	( s=$$(date +%s); $(MAKE) --no-print-directory deb SWIFT_TOOLCHAIN=swiftlang >$(TEST_DEB_LOG) 2>&1; \
 	  echo "$$? $$(( $$(date +%s) - s ))" > $(TEST_DEB_LOG).rc ) & debpid=$$!; \
+	echo "make test: and the bed's own set-up beside them: Tests/testbed/install-deps.sh, BlueZ $(BLUEZ_VERSIONS), kernels $(E2E_KERNELS) (output: $(TEST_BED_LOG))"; \
+	( s=$$(date +%s); { Tests/testbed/install-deps.sh && $(MAKE) --no-print-directory bluez-builds && \
+	    kok=0 && for k in $(E2E_KERNELS); do Tests/testbed/fetch-kernel.sh $$k || kok=1; done && [ $$kok = 0 ]; } >$(TEST_BED_LOG) 2>&1; \
+	  echo "$$? $$(( $$(date +%s) - s ))" > $(TEST_BED_LOG).rc ) & bedpid=$$!; \
 	$(MAKE) --no-print-directory unit || rc=1; t1=$$(date +%s); \
-	echo "make test: the bed's own set-up while the package builds (Tests/testbed/install-deps.sh, BlueZ $(BLUEZ_VERSIONS), kernels $(E2E_KERNELS))"; \
-	Tests/testbed/install-deps.sh || rc=1; $(MAKE) --no-print-directory bluez-builds || rc=1; \
-	for k in $(E2E_KERNELS); do Tests/testbed/fetch-kernel.sh $$k >/dev/null || rc=1; done; t1b=$$(date +%s); \
+	wait $$bedpid; read bedrc bedsecs < $(TEST_BED_LOG).rc || bedrc=1; \
+	if [ "$$bedrc" != 0 ]; then echo "make test: the bed's set-up failed (exit $$bedrc); the end of $(TEST_BED_LOG):"; tail -30 $(TEST_BED_LOG); rc=1; fi; \
 	wait $$debpid; read debrc debsecs < $(TEST_DEB_LOG).rc || debrc=1; t1d=$$(date +%s); \
 	if [ "$$debrc" = 0 ]; then grep -E '^make deb: .*building with|^build-amd64: .*( s to build|needs glibc)|^-rw' $(TEST_DEB_LOG); \
-	  echo "make test: the package in $$debsecs s beside the unit tier and the bed's set-up ($$((t1b - t1)) s; waited $$((t1d - t1b)) s after them)"; \
+	  echo "make test: the package in $$debsecs s and the bed's set-up in $$bedsecs s, beside the unit tier (waited $$((t1d - t1)) s after it)"; \
 	else echo "make test: make deb SWIFT_TOOLCHAIN=swiftlang failed (exit $$debrc); the end of $(TEST_DEB_LOG):"; tail -40 $(TEST_DEB_LOG); rc=1; fi; \
 	PAIRD_BIN=$(TEST_BIN)/paird PAIRCTL_BIN=$(TEST_BIN)/pairctl BLUEZ_PROBE_BIN=$(TEST_BIN)/bluez-probe BED_X_DEB_BUILT_BY="Debian's swiftlang" \
 	  $(MAKE) --no-print-directory e2e-ci E2E_RELEASE= E2E_DEB= || rc=1; t2=$$(date +%s); \
 	Tests/testbed/host-fingerprint check $$fp || rc=1; rm -f $$fp $$fp.diff; \
 	Tests/unit-failures $(UNIT_LOG); \
-	echo "make test: $$((t2 - t0)) s of CI's 5400 s ($$(( (t2 - t0) * 100 / 5400 ))%): builds, unit and integration $$((t1 - t0)) s, the bed's set-up $$((t1b - t1)) s, the swiftlang package $$debsecs s beside them and $$((t1d - t1b)) s after, end-to-end $$((t2 - t1d)) s; exit $$rc"; \
+	echo "make test: $$((t2 - t0)) s of CI's 5400 s ($$(( (t2 - t0) * 100 / 5400 ))%): builds, unit and integration $$((t1 - t0)) s, the swiftlang package $$debsecs s and the bed's set-up $$bedsecs s beside them and $$((t1d - t1)) s after, end-to-end $$((t2 - t1d)) s; exit $$rc"; \
 	exit $$rc
 
 ## unit: PairingCore, the C modules, the event loop, D-Bus against a private dbus-daemon,
