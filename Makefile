@@ -56,7 +56,7 @@ test:
 	if [ "$$debrc" = 0 ]; then grep -E '^make deb: .*building with|^build-amd64: .*( s to build|needs glibc)|^-rw' $(TEST_DEB_LOG); \
 	  echo "make test: the package in $$debsecs s and the bed's set-up in $$bedsecs s, beside the unit tier (waited $$((t1d - t1)) s after it)"; \
 	else echo "make test: make deb SWIFT_TOOLCHAIN=swiftlang failed (exit $$debrc); the end of $(TEST_DEB_LOG):"; tail -40 $(TEST_DEB_LOG); rc=1; fi; \
-	PAIRD_BIN=$(TEST_BIN)/paird PAIRCTL_BIN=$(TEST_BIN)/pairctl BLUEZ_PROBE_BIN=$(TEST_BIN)/bluez-probe BED_X_DEB_BUILT_BY="Debian's swiftlang" \
+	PAIRD_BIN=$(TEST_BIN)/paird PAIRCTL_BIN=$(TEST_BIN)/pairctl BED_X_BLUEZ_PROBE_BIN=$(TEST_BIN)/bluez-probe BED_X_DEB_BUILT_BY="Debian's swiftlang" \
 	  $(MAKE) --no-print-directory e2e-ci E2E_RELEASE= E2E_DEB= || rc=1; t2=$$(date +%s); \
 	Tests/testbed/host-fingerprint check $$fp || rc=1; rm -f $$fp $$fp.diff; \
 	Tests/unit-failures $(UNIT_LOG); \
@@ -120,7 +120,7 @@ E2E_CI_VERSIONS_CORE ?= paird_pair paird_away \
 ## the scenarios' defaults: 6 and 4 crashes, 10 + 3 re-pairings, 3 factory resets).
 E2E_CI_REPS   ?= BED_X_CRASHES=3 BED_X_REPAIR_ROUNDS=5 BED_X_WATCH_ROUNDS=2 BED_X_REPS=2
 ## E2E_RELEASE, E2E_DEB: what e2e-ci builds first (`make test` builds both with swiftlang itself, and passes
-## them empty with PAIRD_BIN, PAIRCTL_BIN and BLUEZ_PROBE_BIN).
+## them empty with PAIRD_BIN, PAIRCTL_BIN and BED_X_BLUEZ_PROBE_BIN: the guest passes on BED_* names only).
 E2E_RELEASE ?= release
 E2E_DEB     ?= deb
 e2e-ci: $(E2E_RELEASE) $(E2E_DEB) bluez-builds
