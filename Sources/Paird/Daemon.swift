@@ -204,6 +204,7 @@ public final class Daemon {
         }
         if let interval = SystemdNotifier.watchdogPingInterval() { scheduleWatchdog(every: interval) }
         scheduleHistoryAlive()
+        scheduleTextRelease(after: .seconds(60))
 
         log.log(.info, "paird \(BuildInfo.version) started, \(machine.devices.count) device(s) known",
                 id: Log.MessageID.started)
@@ -223,6 +224,21 @@ public final class Daemon {
         loop.schedule(after: interval) { [unowned self] in
             SystemdNotifier.notify("WATCHDOG=1")
             scheduleWatchdog(every: interval)
+        }
+    }
+
+    /// Gives back the code pages that start-up mapped (`MappedText`), a minute after the start and
+    /// then every hour: what ran since (a pairing, a bluetoothd return) is given back the same way.
+    func scheduleTextRelease(after delay: Duration) {
+        loop.schedule(after: delay) { [unowned self] in
+            do {
+                let r = try MappedText.release()
+                log.debug("gave back the pages of \(r.mappings) code mappings (\(r.bytes / 1024) kB of address space): "
+                          + "VmRSS \(r.rssBeforeKB.map(String.init) ?? "?") → \(r.rssAfterKB.map(String.init) ?? "?") kB")
+            } catch {
+                log.warning("could not give back start-up code pages: \(error)")
+            }
+            scheduleTextRelease(after: .seconds(3600))
         }
     }
 
