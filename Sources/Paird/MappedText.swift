@@ -34,6 +34,10 @@ enum MappedText {
         var rssAfterKB: Int?
     }
 
+    /// /proc files are read 4 kB at a time: a larger buffer would grow the heap, whose top glibc
+    /// keeps once freed (below its 128 kB trim threshold), for a read of a few kB.
+    static let readChunk = 4096
+
     /// The `r-xp` mappings of /proc/self/maps with a file behind them (lines with a path, not
     /// `[vdso]` and the like).
     static func executableFileMappings(_ maps: [UInt8]) -> [(start: UInt, end: UInt)] {
@@ -55,7 +59,7 @@ enum MappedText {
 
     /// VmRSS in kB from /proc/self/status.
     static func residentKB() -> Int? {
-        guard let bytes = try? readFile("/proc/self/status", limit: 16 * 1024) else { return nil }
+        guard let bytes = try? readFile("/proc/self/status", limit: 16 * 1024, chunk: readChunk) else { return nil }
         for line in bytes.split(separator: UInt8(ascii: "\n")) where line.starts(with: Array("VmRSS:".utf8)) {
             let digits = line.filter { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }
             return Int(String(decoding: digits, as: UTF8.self))
@@ -67,7 +71,7 @@ enum MappedText {
     /// /proc/self/maps cannot be read or a mapping is refused. (The heap is not trimmed: it peaks
     /// at ~0.2 MB, BENCHMARKS.md §10.)
     static func release() throws -> Release {
-        guard let maps = try readFile("/proc/self/maps", limit: 1 << 20) else {
+        guard let maps = try readFile("/proc/self/maps", limit: 1 << 20, chunk: readChunk) else {
             throw SystemError("read /proc/self/maps", ENOENT)
         }
         var r = Release(rssBeforeKB: residentKB())

@@ -124,8 +124,8 @@ public struct StateFile: Sendable {
     }
 }
 
-/// Reads at most `limit` bytes of `path`; nil if it does not exist.
-func readFile(_ path: String, limit: Int) throws -> [UInt8]? {
+/// Reads at most `limit` bytes of `path`, `chunk` bytes per read; nil if it does not exist.
+func readFile(_ path: String, limit: Int, chunk chunkSize: Int = 64 * 1024) throws -> [UInt8]? {
     let fd = open(path, O_RDONLY | O_CLOEXEC)
     if fd < 0 {
         if errno == ENOENT { return nil }
@@ -133,7 +133,7 @@ func readFile(_ path: String, limit: Int) throws -> [UInt8]? {
     }
     defer { close(fd) }
     var bytes = [UInt8]()
-    var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+    var chunk = [UInt8](repeating: 0, count: chunkSize)
     while bytes.count < limit {
         let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, min($0.count, limit - bytes.count)) }
         if n < 0 { if errno == EINTR { continue }; throw SystemError("read \(path)", errno) }
