@@ -230,7 +230,8 @@ public final class DBusConnection {
         let ts = timeouts.keys.filter { dbus_timeout_get_enabled($0) != 0 }.count
         return "dbus: dispatch \(status), scheduled \(dispatchScheduled), dispatching \(dispatching), "
             + "outgoing \(dbus_connection_get_outgoing_size(conn)) bytes (has \(dbus_connection_has_messages_to_send(conn) != 0)), "
-            + "watches [\(ws.joined(separator: ", "))], timeouts \(timeouts.count) (\(ts) enabled), pending calls \(pendingCalls.count)"
+            + "watches [\(ws.joined(separator: ", "))], timeouts \(timeouts.count) (\(ts) enabled), pending calls \(pendingCalls.count), "
+            + "signal subscriptions \(subscriptions.count) (\(matchRuleCounts.count) match rules), exported objects \(objects.count)"
     }
 
     static func from(_ context: UnsafeMutableRawPointer) -> DBusConnection {
