@@ -5,7 +5,8 @@ side, no VM: the real paird and pairctl on python-dbusmock's BlueZ and a private
 
 For each variant (default; then each --env given, e.g. MALLOC_ARENA_MAX=2, in paird's environment
 only): paird started with the 3 wearables in its state file → all `connected`, 2 s → snapshot
-"start"; then --rounds rounds of churn (every wearable's link dropped and back through the mock —
+"start"; 65 s after paird's start (it gives back its start-up code pages at 60 s: MappedText.swift)
+→ snapshot "released"; then --rounds rounds of churn (every wearable's link dropped and back through the mock —
 PropertiesChanged Connected/ServicesResolved false, then true — and one `pairctl status --json`)
 → until paird's CPU time stops moving and (at most 60 s) all are `connected` again, 2 s →
 snapshot "churn".  A snapshot: VmRSS/VmHWM (/proc/PID/status), smaps_rollup, and every mapping of
@@ -17,7 +18,8 @@ snapshot "churn".  A snapshot: VmRSS/VmHWM (/proc/PID/status), smaps_rollup, and
     reservation is glibc's 64 MB arena), thread stacks (the mapping holding each thread's stack
     pointer, from /proc/PID/task/TID/syscall; [stack] for the main thread), other anonymous
     mappings (mmap'd large allocations, the Swift runtime's own mmaps, …);
-and, after churn, how much of each section of paird's binary (.text, .rodata, .rela.dyn, …) is
+and, after churn, what a second churn touches (referenced bits cleared, then smaps' Referenced:
+the pages in use, where Rss also counts what the kernel maps around each fault), how much of each section of paird's binary (.text, .rodata, .rela.dyn, …) is
 resident (/proc/PID/pagemap).
 Then the same scenario once more under heaptrack (--heaptrack BIN): the top allocation sites by
 their share of the peak heap, the allocator frames skipped (malloc, swift_slowAlloc,
@@ -43,6 +45,7 @@ from scale_mock import Host, proc_cpu, rss_by_mapping  # noqa: E402
 
 N = 3
 PAGE = os.sysconf("SC_PAGE_SIZE")
+RELEASED_AT = 65   # s after paird's start: MappedText's first release is at 60 s
 ARENA = 64 << 20  # glibc's HEAP_MAX_SIZE on 64-bit: a thread arena's reservation, aligned to it
 
 
@@ -87,9 +90,10 @@ def mappings(pid):
             head = line.split()
             if re.match(r"^[0-9a-f]+-[0-9a-f]+$", head[0]):
                 lo, hi = (int(x, 16) for x in head[0].split("-"))
-                cur = dict(lo=lo, hi=hi, perms=head[1], path=head[5] if len(head) > 5 else "", Rss=0, Anonymous=0)
+                cur = dict(lo=lo, hi=hi, perms=head[1], path=head[5] if len(head) > 5 else "", Rss=0, Anonymous=0,
+                           Referenced=0)
                 maps.append(cur)
-            elif head[0] in ("Rss:", "Anonymous:"):
+            elif head[0] in ("Rss:", "Anonymous:", "Referenced:"):
                 cur[head[0][:-1]] = int(head[1])
     return maps
 
@@ -230,11 +234,15 @@ def states(h):
 
 
 def variant(h, a, label, extra_env, ctl=False):
+    started = time.monotonic()
     h.start_paird(N, extra_env=extra_env)
     pid = h.paird.pid
     h.wait(lambda: h.all_connected(N), 60, f"{N} devices connected", interval=0.2)
     time.sleep(2)
     start = snapshot(pid, a.paird)
+    # paird gives back its start-up code pages a minute after it starts (MappedText.swift)
+    time.sleep(max(0.0, RELEASED_AT - (time.monotonic() - started)))
+    released = snapshot(pid, a.paird)
     t0 = time.monotonic()
     churn(h, a.rounds)
     settle(h, pid)
@@ -242,12 +250,35 @@ def variant(h, a, label, extra_env, ctl=False):
     after = snapshot(pid, a.paird)
     after["top_mappings"] = rss_by_mapping(pid, 8)
     after["sections"] = resident_by_section(pid, a.paird)
+    after["referenced"] = referenced(h, pid, a)
     r = dict(bench="memory", variant=label, env=extra_env, rounds=a.rounds, churn_s=time.monotonic() - t0,
-             states_after=states(h), start=start, churn=after, cpu_s=proc_cpu(pid))
+             states_after=states(h), start=start, released=released, churn=after, cpu_s=proc_cpu(pid))
     if ctl:
         r["pairctl"] = pairctl_rss(h, a)
     h.stop_paird()
     return r
+
+
+def referenced(h, pid, a):
+    """kB of paird's binary (r-x, rw) and of the libraries' text that a second churn of a.rounds
+    rounds touches: the pages' referenced bits cleared (/proc/PID/clear_refs), the churn, then
+    smaps' Referenced: what the code and data in use are, where Rss also counts the pages the
+    kernel mapped around each fault (fault-around, 64 kB)."""
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("1")
+    churn(h, a.rounds)
+    settle(h, pid)
+    binary = os.path.realpath(a.paird)
+    out = collections.Counter()
+    for m in mappings(pid):
+        mine = m["path"] and os.path.realpath(m["path"]) == binary
+        if "x" in m["perms"]:
+            out["paird binary r-x" if mine else "libraries r-x" if m["path"].startswith("/") else "other r-x"] += m["Referenced"]
+        elif mine:
+            out["paird binary data"] += m["Referenced"]
+        else:
+            out["all else"] += m["Referenced"]
+    return dict(out)
 
 
 def mb(kb):
@@ -255,7 +286,7 @@ def mb(kb):
 
 
 def print_table(runs):
-    cols = [(r["variant"], k, r[k]) for r in runs for k in ("start", "churn")]
+    cols = [(r["variant"], k, r[k]) for r in runs for k in ("start", "released", "churn")]
     w = 44
     print(f"\n{'kB → MB (resident)':{w}s}" + "".join(f"{(v + ' ' + k):>26s}" for v, k, _ in cols))
     rows = [("VmRSS", lambda s: mb(s["status"]["VmRSS"])), ("VmHWM", lambda s: mb(s["status"]["VmHWM"])),
@@ -274,6 +305,9 @@ def print_table(runs):
               f"churn+settle {r['churn_s']:.1f} s; paird CPU {r['cpu_s']:.2f} s in all")
         print("    largest resident files/mappings after churn: "
               + ", ".join(f"{n} {kb} kB" for kb, n in r["churn"]["top_mappings"]))
+    for r in runs:
+        print(f"  {r['variant']}: referenced by a second churn of {r['rounds']} rounds (clear_refs, then smaps' Referenced), MB: "
+              + ", ".join(f"{k} {mb(v)}" for k, v in r["churn"]["referenced"].items()))
     print("\npaird's binary after churn, by section: size / resident kB (pagemap), sections with ≥ 16 kB resident")
     print(f"  {'section':32s}" + "".join(f"{r['variant']:>26s}" for r in runs))
     for name, (size, _) in runs[0]["churn"]["sections"].items():
