@@ -14,20 +14,32 @@ benchmark: it prints figures and asserts nothing on time or memory. Three Bumble
      `walk-away`), paird says waitingForDevice, it comes back at once (`come-back`), until
      connected and a notification after that;
   3. every BED_X_RESTART_EVERY (20) steps, a bluetoothd restart, until every strap is connected
-     and notifying again.
+     and notifying again; then SIGUSR1 to paird (it logs its loop's and bus's counts).
 paird's VmRSS, RssAnon, RssFile (/proc/PID/status), open fds and threads are sampled after every
 round and every walk into $BED_OUT/results.jsonl. Printed at the end: VmRSS and RssAnon at the
 start, middle and end, and over the second half of the samples their least-squares slope (kB per
 100 steps) and spread (max - min); the seconds a round, a walk and a restart took. Every wait
 has a deadline; a failed round, walk or restart is logged and counted, the run goes on, and it
 exits non-zero if any failed. If the guest kernel BUGs, it stops there and ends as a SKIP (as soak.py does).
-BED_X_PAIRD_ARGS adds paird arguments. Run with release binaries (`make release`):
+BED_X_PAIRD_ARGS adds paird arguments.
+The steady state (issue 46, item 2), before the rounds if BED_X_STEADY_S is set: paird with metrics on
+(a textfile written every 15 s) and, with BED_X_RECORD (a record made by `HistoryBench generate`),
+that record as its history; once the three straps notify, paird is restarted (it adopts the links)
+as BED_X_BASE_PAIRD (another build, for comparison) if set, then as PAIRD_BIN, and each runs
+BED_X_STEADY_S seconds with the three straps notifying at 1 Hz; VmRSS is sampled every 10 s from
+its start (paird gives back its start-up code pages a minute after it starts: MappedText.swift).
+Printed: VmRSS at 50 s, 70 s and the end, and the most after 70 s, per build. Each strap must notify
+at least BED_X_STEADY_S / 2 - 30 times in each window (it notifies at 1 Hz). BED_X_ROUNDS=0 BED_X_WALKS=0 runs only that.
+Run with release binaries (`make release`):
   BED_CONTROLLERS=4 PAIRD_BIN=$PWD/.build/release/paird PAIRCTL_BIN=$PWD/.build/release/pairctl \\
     Tests/testbed/run-vm --out testbed-out/soak-churn Tests/bench/soak_churn.py"""
 import contextlib
 import json
 import os
+import shutil
+import signal
 import statistics
+import time
 
 from bedlib import *  # noqa: F403
 
@@ -36,6 +48,9 @@ ROUNDS = int(E.get("BED_X_ROUNDS", 200))
 WALKS = int(E.get("BED_X_WALKS", 200))
 RESTART_EVERY = int(E.get("BED_X_RESTART_EVERY", 20))
 PAIRD_ARGS = E.get("BED_X_PAIRD_ARGS", "").split()
+STEADY = int(E.get("BED_X_STEADY_S", 0))
+BASE_PAIRD = E.get("BED_X_BASE_PAIRD", "")
+RECORD = E.get("BED_X_RECORD", "")
 
 
 def record(**kv):
@@ -103,6 +118,38 @@ def summary(samples, key, what):
                 slope_per_100=round(slope, 2), spread=spread)
 
 
+def steady(p, straps):
+    import bedlib_paird
+    figures = {}
+    for label, binary in ([("base", BASE_PAIRD)] if BASE_PAIRD else []) + [("paird", PAIRD_BIN)]:  # noqa: F405
+        with step(f"steady state, {label} ({binary}): {STEADY} s with three straps notifying"):
+            p.stop()
+            bedlib_paird.PAIRD_BIN = binary
+            p.start(extra_args=PAIRD_ARGS)
+            t0 = now()
+            for w in straps:
+                p.wait_state("connected", 60, address=w.address)
+            watch = p.watch(name=f"watch-{label}")
+            rows = []
+            while now() - t0 < STEADY:
+                time.sleep(max(0.0, 10 - (now() - t0) % 10))
+                rows.append(dict(phase="steady", build=label, t=round(now() - t0, 1), **sample(p.pid())))
+                record(**rows[-1])
+            quiet = {w.label: n for w in straps
+                     if (n := len([ln for ln in watch.lines("notify") if ln.split()[1] == w.address])) < STEADY / 2 - 30}
+            watch.stop()
+            at = lambda t: min(rows, key=lambda r: abs(r["t"] - t))["vmrss"]   # noqa: E731
+            after = [r["vmrss"] for r in rows if r["t"] >= 70]
+            figures[label] = dict(at50=at(50), at70=at(70), end=rows[-1]["vmrss"], max_after70=max(after, default=None),
+                                  anon_end=rows[-1]["anon"], file_end=rows[-1]["file"])
+            log(f"RESULT steady {label}: VmRSS at 50 s {figures[label]['at50']} kB, at 70 s {figures[label]['at70']} kB, "
+                f"end ({rows[-1]['t']:.0f} s) {figures[label]['end']} kB (RssAnon {figures[label]['anon_end']}, "
+                f"RssFile {figures[label]['file_end']}), most after 70 s {figures[label]['max_after70']} kB")
+            check(not quiet, f"every strap notified through the window (fewer than {STEADY / 2 - 30:.0f}: {quiet})")
+    record(part="steady", seconds=STEADY, record=RECORD, **figures)
+    bedlib_paird.PAIRD_BIN = PAIRD_BIN   # noqa: F405
+
+
 @scenario
 def main():
     straps = [Wearable.start(name=f"Pulse-{i}", adapter=f"hci{i}", sock=f"/run/bed/strap{i}.sock", profile="strap",
@@ -110,6 +157,10 @@ def main():
     for i, w in enumerate(straps, 1):
         w.label = f"Pulse-{i}"   # its advertised name (Wearable.name asks its control socket)
     p = Paird()
+    if STEADY:
+        p.write_config("[Metrics]\nTextfile = /run/bed/paird.prom\nInterval = 15\n")
+    if RECORD:
+        shutil.copy(RECORD, os.path.join(os.path.dirname(p.state_file), "history.jsonl"))
     with step("paird up, the three straps paired, connected and notifying"):
         p.start(extra_args=PAIRD_ARGS)
         watch = Watch(p)
@@ -117,6 +168,9 @@ def main():
             m = watch.mark(w.address)
             pair(p, w)
             watch.flowing(w.address, m, 60, w.label)
+    if STEADY:
+        steady(p, straps)
+        watch = Watch(p)
     samples, failed, took, bug = [], {"round": [], "walk": [], "restart": []}, {"round": [], "walk": [], "restart": []}, None
 
     def recover(w):
@@ -172,6 +226,9 @@ def main():
         bluetoothd("restart")
         for w in straps:
             watch.flowing(w.address, marks[w.address], 90, f"{w.label} after the bluetoothd restart")
+        # paird's own counts into its log (timers, fds, pending calls, signal subscriptions,
+        # exported objects): the trail of anything that grows with the restarts
+        os.kill(p.pid(), signal.SIGUSR1)
 
     steps = max(ROUNDS, WALKS)
     log(f"{ROUNDS} rounds, {WALKS} walks, a bluetoothd restart every {RESTART_EVERY} steps: {steps} steps")
