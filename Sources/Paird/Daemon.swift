@@ -233,7 +233,7 @@ public final class Daemon {
         loop.schedule(after: delay) { [unowned self] in
             do {
                 let r = try MappedText.release()
-                log.debug("gave back the pages of \(r.mappings) code mappings (\(r.bytes / 1024) kB of address space): "
+                log.debug("gave back the pages of \(r.mappings) read-only file mappings (\(r.bytes / 1024) kB of address space): "
                           + "VmRSS \(r.rssBeforeKB.map(String.init) ?? "?") → \(r.rssAfterKB.map(String.init) ?? "?") kB")
             } catch {
                 log.warning("could not give back start-up code pages: \(error)")
