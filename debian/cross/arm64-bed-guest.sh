@@ -6,7 +6,8 @@
 # kernel has no hci_vhci, so btvirt cannot run here. The wearable (Bumble's strap, on the host, on
 # the same emulated link layer) is driven through its control socket on hvc1. Checks: paird
 # (as user paird, no systemd) pairs the strap with pairctl, it notifies, it walks away and comes
-# back without a command, paird restarted finds it connected and notifying; paird's RSS idle.
+# back without a command, paird restarted finds it connected and notifying; paird's RSS idle and
+# 65 s after its start (its start-up code pages given back at 60 s: MappedText.swift).
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 O=/probe/out.log; : > $O
 t() { echo "[$(cut -d' ' -f1 /proc/uptime)] $*" | tee -a $O; }
@@ -46,6 +47,11 @@ waitfor 30 "a heart-rate notification" notified
 rss() { awk '/VmRSS/ {print $2, $3}' /proc/$PAIRD/status; }
 sleep 5   # deliberate: idle a moment before the RSS is read
 t "paird RSS idle, one wearable connected: $(rss)"
+# paird gives back its start-up code pages a minute after it starts (MappedText.swift): the RSS after
+up() { echo $(( $(cut -d. -f1 /proc/uptime) - $(awk '{print int($22 / 100)}' /proc/$PAIRD/stat) )); }
+old_enough() { [ "$(up)" -ge 65 ]; }
+waitfor 90 "paird up for 65 s" old_enough
+t "paird RSS $(up) s after its start, one wearable connected, start-up code given back: $(rss)"
 wcmd walk-away || fail "walk-away"
 waitfor 60 "link lost, paird waits (not connected)" away
 t "state while away: $(state)"
