@@ -227,8 +227,9 @@ public final class Daemon {
         }
     }
 
-    /// Gives back the code pages that start-up mapped (`MappedText`), a minute after the start and
-    /// then every hour: what ran since (a pairing, a bluetoothd return) is given back the same way.
+    /// Gives back the code and read-only pages that start-up mapped (`MappedText`), a minute after
+    /// the start and then every hour: what ran since (a pairing, a bluetoothd return) is given back
+    /// the same way. (`madvise` is in systemd's `@system-service`, the unit's syscall filter.)
     func scheduleTextRelease(after delay: Duration) {
         loop.schedule(after: delay) { [unowned self] in
             do {
@@ -236,7 +237,7 @@ public final class Daemon {
                 log.debug("gave back the pages of \(r.mappings) read-only file mappings (\(r.bytes / 1024) kB of address space): "
                           + "VmRSS \(r.rssBeforeKB.map(String.init) ?? "?") → \(r.rssAfterKB.map(String.init) ?? "?") kB")
             } catch {
-                log.warning("could not give back start-up code pages: \(error)")
+                log.warning("could not give back start-up pages: \(error)")
             }
             scheduleTextRelease(after: .seconds(3600))
         }

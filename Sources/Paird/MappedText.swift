@@ -2,8 +2,8 @@
 import Glibc
 #endif
 
-/// Gives back the pages of code that paird's start-up mapped and its steady state does not use
-/// (issue 46; BENCHMARKS.md §10).
+/// Gives back the pages of code and read-only data that paird's start-up mapped and its steady
+/// state does not use (issue 46; BENCHMARKS.md §10b).
 ///
 /// Most of paird's resident memory is clean file-backed code: of ~16 MB VmRSS, ~10 MB are its own
 /// static binary's r-x segment and ~4 MB the shared libraries'. The code a steady state runs is
