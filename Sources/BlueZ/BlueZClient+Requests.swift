@@ -308,10 +308,19 @@ extension BlueZClient {
 
     // MARK: - Calls
 
+    /// Every call to bluetoothd goes out with NO_AUTO_START. paird starts bluetoothd only with
+    /// `StartServiceByName`, once systemd has said why it went. A call that reached the bus just
+    /// after bluetoothd died used to have the bus start it again at once, behind systemd's
+    /// verdict: the new start wiped the unit's result, paird never saw the crash, and its
+    /// crash-loop guard could not act (seen on 6.1: `paird_bluetoothd_crash`, crash 2 of 3: the
+    /// bus activated org.bluez for paird 28 ms before systemd's "Main process exited",
+    /// 2026-11-30). Without
+    /// bluetoothd such a call now fails at once (`NameHasNoOwner`), like any call to a bluetoothd
+    /// that is not there.
     func call(_ path: String, _ interface: String, _ method: String, _ args: [DBusValue] = [],
                       timeout: Duration? = nil, reply: @escaping (Result<[DBusValue], DBusError>) -> Void) {
         connection.call(destination: Bus.name, path: path, interface: interface, method: method, args: args,
-                        timeout: timeout ?? shortTimeout, reply: reply)
+                        timeout: timeout ?? shortTimeout, autoStart: false, reply: reply)
     }
 
     static func failure(_ result: Result<[DBusValue], DBusError>) -> BlueZFailure? {

@@ -405,13 +405,16 @@ public final class DBusConnection {
     /// `NoReply` when `timeout` passes first; `Disconnected`; `InvalidArgs` for arguments that
     /// cannot be sent). It is not called after `PendingCall.cancel()`.
     /// Pass an explicit `timeout`: libdbus's default of 25 s is shorter than BlueZ's Connect.
+    /// `autoStart: false`: if nobody owns `destination`, the call fails (`NameHasNoOwner`) instead
+    /// of having the bus start its service.
     @discardableResult
     public func call(destination: String?, path: String, interface: String?, method: String,
-                     args: [DBusValue] = [], timeout: Duration,
+                     args: [DBusValue] = [], timeout: Duration, autoStart: Bool = true,
                      reply: @escaping (Result<[DBusValue], DBusError>) -> Void) -> PendingCall {
         let call = PendingCall(handler: reply)
         do throws(DBusError) {
-            let message = try DBusMessage.methodCall(destination: destination, path: path, interface: interface, method: method)
+            let message = try DBusMessage.methodCall(destination: destination, path: path, interface: interface, method: method,
+                                                     autoStart: autoStart)
             try message.append(args)
             try start(call, message, timeout: timeout)
         } catch {

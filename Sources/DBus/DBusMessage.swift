@@ -85,14 +85,21 @@ public final class DBusMessage {
 
     // MARK: Building
 
-    static func methodCall(destination: String?, path: String, interface: String?, method: String) throws(DBusError) -> DBusMessage {
+    /// `autoStart: false` sets NO_AUTO_START: the bus answers `NameHasNoOwner` when nobody owns
+    /// `destination` instead of starting its activatable service.
+    static func methodCall(destination: String?, path: String, interface: String?, method: String,
+                           autoStart: Bool = true) throws(DBusError) -> DBusMessage {
         if let destination { try Syntax.require(Syntax.isValidBusName(destination), "invalid bus name '\(destination)'") }
         try Syntax.require(Syntax.isValidObjectPath(path), "invalid object path '\(path)'")
         if let interface { try Syntax.require(Syntax.isValidInterfaceName(interface), "invalid interface name '\(interface)'") }
         try Syntax.require(Syntax.isValidMemberName(method), "invalid method name '\(method)'")
         guard let raw = dbus_message_new_method_call(destination, path, interface, method) else { throw DBusError.noMemory }
+        if !autoStart { dbus_message_set_auto_start(raw, 0) }
         return DBusMessage(owning: raw)
     }
+
+    /// Whether the bus may start the destination's service for this message (NO_AUTO_START unset).
+    var autoStart: Bool { dbus_message_get_auto_start(raw) != 0 }
 
     static func signal(path: String, interface: String, member: String) throws(DBusError) -> DBusMessage {
         try Syntax.require(Syntax.isValidObjectPath(path), "invalid object path '\(path)'")

@@ -321,3 +321,32 @@ final class ServerThread: @unchecked Sendable {
         }
     }
 }
+
+/// `autoStart: false` (NO_AUTO_START): a call to a name nobody owns fails at once instead of having
+/// the bus start its service. BlueZClient sends every call to bluetoothd so (BlueZClient+Requests.swift).
+@Suite struct AutoStartTests {
+    @Test func aCallWithoutAutoStartDoesNotStartTheService() throws {
+        let marker = NSTemporaryDirectory() + "paird-autostart-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: marker) }
+        let loop = try EventLoop()
+        defer { loop.shutdown() }
+        let bus = try PrivateBus(kind: .session, prefix: "paird-autostart",
+                                 services: ["org.paird.Activatable": "/usr/bin/touch \(marker)"])
+        let client = try bus.connect(loop)
+        defer { client.close() }
+        func call(autoStart: Bool) throws -> Result<[DBusValue], DBusError> {
+            try waitFor(loop, "reply with autoStart \(autoStart)") { done in
+                client.call(destination: "org.paird.Activatable", path: "/", interface: "org.paird.Test", method: "Ping",
+                            timeout: .seconds(2), autoStart: autoStart, reply: done)
+            }
+        }
+        let without = try call(autoStart: false)
+        if case .failure(let e) = without { #expect(e.name == DBusError.Name.nameHasNoOwner) } else { Issue.record("no error: \(without)") }
+        #expect(!FileManager.default.fileExists(atPath: marker), "the service was started")
+        // Positive control: the same call with auto-start has the bus run the service (which
+        // exits without taking the name: the call gets no answer, but the marker is there).
+        let with = try call(autoStart: true)
+        #expect(throws: DBusError.self) { try with.get() }
+        try runUntil(loop, "the service started by the bus", limit: .seconds(10)) { FileManager.default.fileExists(atPath: marker) }
+    }
+}

@@ -19,7 +19,10 @@ public final class PrivateDBusDaemon {
     public let directory: URL
     private let process: Process
 
-    public init(kind: Kind = .session, prefix: String = "paird-dbus", systemPolicy: [String]? = nil) throws {
+    /// `services`: activatable services (bus name → its `Exec=` line), in a `<servicedir>` of the
+    /// bus's own, which the bus starts itself (no systemd).
+    public init(kind: Kind = .session, prefix: String = "paird-dbus", systemPolicy: [String]? = nil,
+                services: [String: String] = [:]) throws {
         directory = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("\(prefix)-\(UUID().uuidString.prefix(8))")
         // World-searchable: a test may connect as another user (setpriv) to check a policy.
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true,
@@ -51,13 +54,23 @@ public final class PrivateDBusDaemon {
                 <allow own="*"/>
               </policy>
             """
+        var serviceDir = ""
+        if !services.isEmpty {
+            let dir = directory.appendingPathComponent("services")
+            try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+            for (name, exec) in services {
+                try "[D-BUS Service]\nName=\(name)\nExec=\(exec)\n"
+                    .write(to: dir.appendingPathComponent("\(name).service"), atomically: true, encoding: .utf8)
+            }
+            serviceDir = "  <servicedir>\(dir.path)</servicedir>\n"
+        }
         try """
         <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
          "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
         <busconfig>
           <type>\(kind.rawValue)</type>
           <listen>unix:path=\(directory.path)/bus</listen>
-        \(policy)</busconfig>
+        \(serviceDir)\(policy)</busconfig>
         """.write(to: config, atomically: true, encoding: .utf8)
 
         let stdout = Pipe()
