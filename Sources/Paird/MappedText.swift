@@ -60,10 +60,10 @@ enum MappedText {
             let done = finish()
             // start-end perms offset dev inode path
             let range = fields.first?.split(separator: UInt8(ascii: "-")) ?? []
-            guard fields.count == 6, range.count == 2, Array(fields[1]).count == 4,
+            let perms = fields.count == 6 ? Array(fields[1]) : []
+            guard perms.count == 4, range.count == 2,
                   let start = UInt(String(decoding: range[0], as: UTF8.self), radix: 16),
                   let end = UInt(String(decoding: range[1], as: UTF8.self), radix: 16), end > start else { return done }
-            let perms = Array(fields[1])
             if perms[0] == UInt8(ascii: "r"), perms[1] == UInt8(ascii: "-"), perms[3] == UInt8(ascii: "p"),
                fields[5].first(where: { $0 != UInt8(ascii: " ") }) == UInt8(ascii: "/") {
                 current = (start, end)

@@ -305,8 +305,7 @@ def print_table(runs):
               f"churn+settle {r['churn_s']:.1f} s; paird CPU {r['cpu_s']:.2f} s in all")
         print("    largest resident files/mappings after churn: "
               + ", ".join(f"{n} {kb} kB" for kb, n in r["churn"]["top_mappings"]))
-    for r in runs:
-        print(f"  {r['variant']}: referenced by a second churn of {r['rounds']} rounds (clear_refs, then smaps' Referenced), MB: "
+        print(f"    referenced by a second churn of {r['rounds']} rounds (clear_refs, then smaps' Referenced), MB: "
               + ", ".join(f"{k} {mb(v)}" for k, v in r["churn"]["referenced"].items()))
     print("\npaird's binary after churn, by section: size / resident kB (pagemap), sections with ≥ 16 kB resident")
     print(f"  {'section':32s}" + "".join(f"{r['variant']:>26s}" for r in runs))
